@@ -1,0 +1,147 @@
+"""Who gets draft rows this round.
+
+All active streams advance together in one padded forward pass of ``n_streams`` x W rows, where
+W = 1 + the most draft rows granted to any one stream. Every stream always has its own row (its next
+token, worth exactly 1 token). A stream offering a copy window of ``max_rows`` tokens at copy rate r
+can be granted draft rows 1..k of it; row j is worth r**j expected tokens (it lands only if rows
+1..j-1 did).
+
+Algorithm
+---------
+1. Candidate rows: for each offer, rows j = 1..max_rows (capped so W <= ``max_width``) valued r**j.
+2. Take rows greedily in descending value across all streams (a heap; ties go to the lowest stream
+   index; a stream's row j only becomes available after its row j-1 is taken).
+3. After each taken row, throughput = (n_streams + taken value) / (cost(n_streams, W) + overhead).
+   Keep the prefix with the highest throughput; the empty prefix (no draft rows) is a valid answer,
+   and ties keep the shorter prefix.
+4. Probe offers whose stream got no row get exactly one row added afterwards, outside the pricing.
+
+Worked example: 4 streams on the measured 2-core CPU (ms: W=1 101, W=4 145, linear in between, so
+W=2 115.7, W=3 130.3), overhead 0, offers: stream 0 at r=0.94 with 16 rows, stream 1 at r=0.36
+with 16 rows. Greedy order: s0 rows 1..16 (0.940, 0.884, 0.831, ... 0.371), then s1 row 1 (0.36), ...
+
+    prefix                 value     W   seconds   tokens/s
+    (none)                 4.000     1   0.1010    39.6
+    s0:1                   4.940     2   0.1157    42.7
+    s0:1-2                 5.824     3   0.1303    44.7
+    s0:1-3                 6.654     4   0.1450    45.9   <- best
+    s0:1-4                 7.435     5   0.1633    45.5
+    ...
+    s0:1-16, s1:1-16      14.41     17   0.3541    40.7
+
+Result: rows (3, 0), expected_tokens 6.654, seconds 0.145. Stream 1's rows at 0.36 are never worth
+widening everyone's pass for.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Offer:
+    """One stream's copy window this round."""
+
+    stream: int  # index of the stream in this round (0..n_streams-1)
+    rate: float  # copy rate of the window's source for this stream
+    max_rows: int  # length of the stream's copy window (draft tokens available)
+    probe: bool = False  # the probe rule fired: grant exactly one row regardless of price
+
+
+@dataclass(frozen=True, slots=True)
+class Allocation:
+    """Draft rows granted per stream, with the value and time the allocator predicted for them."""
+
+    rows: tuple[int, ...]  # draft rows granted per stream (len n_streams), 0 allowed
+    expected_tokens: float  # n_streams + sum of granted row values
+    seconds: float  # predicted round time: cost(B, 1 + max(rows)) + overhead
+
+
+def allocate(
+    offers: Sequence[Offer],
+    n_streams: int,
+    cost: Callable[[int, int], float],
+    overhead: float,
+    max_width: int = 32,
+) -> Allocation:
+    """Grant draft rows to maximise expected tokens per second this round (see module docstring).
+
+    ``cost(batch, width)`` gives seconds for a padded pass (e.g. ``CostModel.cost``). At most one offer
+    per stream. Rates outside [0, 1] are clamped (NaN reads as 0); ``max_width`` caps W, so a stream
+    gets at most ``max_width - 1`` draft rows, and with ``max_width == 1`` nobody drafts, probes
+    included.
+
+    >>> cpu = {1: 0.101, 2: 0.1157, 3: 0.1303, 4: 0.145, 5: 0.1633}
+    >>> a = allocate([Offer(0, 0.94, 4)], 4, lambda b, w: cpu[w], 0.0)
+    >>> a.rows, round(a.expected_tokens, 3), a.seconds
+    ((3, 0, 0, 0), 6.654, 0.145)
+    """
+    if n_streams < 1:
+        raise ValueError(f"n_streams must be >= 1, got {n_streams}")
+    if max_width < 1:
+        raise ValueError(f"max_width must be >= 1, got {max_width}")
+    if not (math.isfinite(overhead) and overhead >= 0.0):
+        raise ValueError(f"overhead must be finite and >= 0, got {overhead!r}")
+
+    row_cap = max_width - 1
+    rates = [0.0] * n_streams
+    caps = [0] * n_streams
+    probes: list[int] = []
+    seen: set[int] = set()
+    for offer in offers:
+        s = offer.stream
+        if not 0 <= s < n_streams:
+            raise ValueError(f"offer for stream {s} but only {n_streams} streams")
+        if s in seen:
+            raise ValueError(f"more than one offer for stream {s}")
+        seen.add(s)
+        rate = offer.rate if offer.rate == offer.rate else 0.0  # NaN -> 0
+        rates[s] = min(1.0, max(0.0, rate))
+        caps[s] = max(0, min(offer.max_rows, row_cap))
+        if offer.probe:
+            probes.append(s)
+
+    # Only ~max_width distinct widths occur, so price each once.
+    round_seconds: dict[int, float] = {}
+
+    def seconds_at(width: int) -> float:
+        t = round_seconds.get(width)
+        if t is None:
+            t = cost(n_streams, width) + overhead
+            if not (math.isfinite(t) and t > 0.0):
+                raise ValueError(f"cost({n_streams}, {width}) + overhead gave {t!r}; need > 0")
+            round_seconds[width] = t
+        return t
+
+    # Heap of each stream's next untaken row: (-value, stream, j). Rows worth 0 can never pay.
+    heap = [(-rates[s], s, 1) for s in range(n_streams) if caps[s] > 0 and rates[s] > 0.0]
+    heapq.heapify(heap)
+    order: list[int] = []  # stream of each taken row, in greedy order
+    value = float(n_streams)
+    width = 1
+    best_len, best_tp = 0, value / seconds_at(1)
+    while heap:
+        neg_v, s, j = heapq.heappop(heap)
+        order.append(s)
+        value -= neg_v
+        width = max(width, j + 1)
+        tp = value / seconds_at(width)
+        if tp > best_tp:  # strict: on a tie keep the shorter prefix
+            best_len, best_tp = len(order), tp
+        if j < caps[s]:
+            heapq.heappush(heap, (-(rates[s] ** (j + 1)), s, j + 1))
+
+    rows = [0] * n_streams
+    for s in order[:best_len]:
+        rows[s] += 1
+    for s in probes:
+        if rows[s] == 0 and caps[s] >= 1:
+            rows[s] = 1
+
+    expected = float(n_streams)
+    for s, k in enumerate(rows):
+        expected += sum(rates[s] ** j for j in range(1, k + 1))
+    return Allocation(rows=tuple(rows), expected_tokens=expected, seconds=seconds_at(1 + max(rows)))

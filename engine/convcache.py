@@ -1,0 +1,75 @@
+"""KV caches of finished turns, kept so a conversation's next turn skips prefill.
+
+Bounded by bytes and evicted least-recently-used. A cache is *taken* while a
+stream uses it (two concurrent turns of one conversation cannot share buffers that
+both would write) and *put* back when the stream ends.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from mlx_lm.models.cache import KVCache
+
+
+@dataclass
+class Entry:
+    tokens: tuple[int, ...]  # exactly the tokens whose keys and values the caches hold
+    caches: list[KVCache]
+
+    @property
+    def nbytes(self) -> int:
+        return sum(c.nbytes for c in self.caches)
+
+
+def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+class ConversationCache:
+    def __init__(self, max_bytes: int = 512 * 2**20) -> None:
+        self.max_bytes = max_bytes
+        self._entries: OrderedDict[str, Entry] = OrderedDict()
+
+    @property
+    def nbytes(self) -> int:
+        return sum(e.nbytes for e in self._entries.values())
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def take(self, conversation: str, prompt: Sequence[int]) -> tuple[list[KVCache], int] | None:
+        """Remove and return (caches trimmed to the shared prefix, reused tokens).
+
+        At least one prompt token is left unreused: the stream's first row needs it.
+        """
+        entry = self._entries.pop(conversation, None)
+        if entry is None:
+            return None
+        reuse = min(common_prefix(entry.tokens, prompt), len(prompt) - 1)
+        if reuse <= 0:
+            return None
+        for c in entry.caches:
+            c.trim(c.offset - reuse)
+        return entry.caches, reuse
+
+    def put(self, conversation: str, tokens: Sequence[int], caches: list[KVCache]) -> None:
+        self._entries.pop(conversation, None)
+        entry = Entry(tuple(tokens), caches)
+        if entry.nbytes > self.max_bytes:
+            return
+        self._entries[conversation] = entry
+        while self.nbytes > self.max_bytes:
+            self._entries.popitem(last=False)
+
+    def drop(self, conversation: str) -> None:
+        self._entries.pop(conversation, None)
+
+    def clear(self) -> None:
+        self._entries.clear()

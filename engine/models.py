@@ -1,0 +1,127 @@
+"""Finding and loading a model: the embedded GGUF default, a local folder, or a
+Hugging Face cache entry (never the network)."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+import mlx.core as mx
+import mlx.nn as nn
+from mlx_lm.models.cache import KVCache
+from mlx_lm.tokenizer_utils import TokenizerWrapper
+
+from engine import blas
+from engine.errors import ModelLoadError
+from engine.families import Family, family_for
+from engine.gguf import embedded_model_path, gguf_tokenizer, load_gguf
+
+log = logging.getLogger(__name__)
+
+EMBEDDED = "embedded"
+
+
+@dataclass
+class LoadedModel:
+    model: nn.Module
+    tokenizer: TokenizerWrapper
+    family: Family
+    name: str  # what the user asked for, resolved
+    path: Path
+    context_length: int
+    device: str  # "cpu" or "gpu"
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def n_layers(self) -> int:
+        return len(self.model.layers)
+
+
+def on_gpu() -> bool:
+    return mx.default_device() == mx.gpu
+
+
+def load_model(spec: str | None = None) -> LoadedModel:
+    """Load ``spec``: None/"embedded", a .gguf file, a local mlx-lm folder, or a
+    Hugging Face repo id already in the local cache. Raises ModelLoadError naming
+    what was looked for."""
+    warnings: list[str] = []
+    slow = blas.slow_path_warning() if not on_gpu() else None
+    if slow:
+        log.warning(slow)
+        warnings.append(slow)
+    spec = spec or EMBEDDED
+    if spec == EMBEDDED or spec.endswith(".gguf"):
+        path = embedded_model_path() if spec == EMBEDDED else Path(spec).expanduser()
+        model, meta, ctx = load_gguf(path, quantized=on_gpu())
+        tokenizer = gguf_tokenizer(meta)
+        name = "SmolLM2-135M-Instruct" if spec == EMBEDDED else path.stem
+        family = family_for(f"{name} {meta.get('general.basename', '')}", "llama")
+    else:
+        path = _resolve(spec)
+        model, tokenizer, ctx = _load_mlx_lm(path)
+        name = spec
+        family = family_for(spec, getattr(getattr(model, "args", None), "model_type", ""))
+    _check_caches(model, name)
+    return LoadedModel(
+        model=model,
+        tokenizer=tokenizer,
+        family=family,
+        name=name,
+        path=path,
+        context_length=ctx,
+        device="gpu" if on_gpu() else "cpu",
+        warnings=tuple(warnings),
+    )
+
+
+def _resolve(spec: str) -> Path:
+    path = Path(spec).expanduser()
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise ModelLoadError(f"{path} is a folder but holds no config.json: not an mlx-lm model")
+        return path
+    # A repo id is "owner/name"; anything else that looks like a path is a missing folder.
+    if path.exists() or spec.startswith((".", "/", "~")) or spec.count("/") != 1:
+        raise ModelLoadError(f"model not found: no model folder at {path}")
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.constants import HF_HUB_CACHE
+
+    try:
+        return Path(snapshot_download(spec, local_files_only=True))
+    except Exception:
+        raise ModelLoadError(
+            f"model '{spec}' not found: no folder '{path}' and not in the Hugging Face cache "
+            f"({HF_HUB_CACHE}); Lanes never downloads at run time"
+        ) from None
+
+
+def _load_mlx_lm(path: Path) -> tuple[nn.Module, TokenizerWrapper, int]:
+    import json
+
+    from mlx_lm import load
+
+    try:
+        model, tokenizer = load(str(path))
+    except Exception as exc:
+        raise ModelLoadError(f"cannot load model at {path}: {exc}") from exc
+    if not on_gpu():
+        from mlx_lm.utils import dequantize_model
+
+        model = dequantize_model(model)
+        model.set_dtype(mx.float32)
+    config = json.loads((path / "config.json").read_text())
+    ctx = int(config.get("max_position_embeddings") or config.get("max_seq_len") or 4096)
+    return model, tokenizer, ctx
+
+
+def _check_caches(model: nn.Module, name: str) -> None:
+    """Lanes roll back per stream, which needs plain attention KV caches."""
+    caches = model.make_cache() if hasattr(model, "make_cache") else [KVCache() for _ in model.layers]
+    odd = {type(c).__name__ for c in caches if type(c) is not KVCache}
+    if odd:
+        raise ModelLoadError(
+            f"model '{name}' uses {', '.join(sorted(odd))} layers; Lanes supports models with plain "
+            "attention KV caches (llama, qwen, mistral, phi and the like)"
+        )

@@ -1,0 +1,175 @@
+"""Per-stream copy history by source: each stream's "own copy rates".
+
+Vocabulary
+----------
+A *stream* is one reply being generated. Each round a stream may draft rows from a *copy window*
+(tokens copied from earlier text) whose *source* is ``"context"`` (the stream's own tokens) or
+``"recall"`` (other conversations). Verification is sequential: row j is accepted only if rows
+1..j-1 were. A window's *tested* rows are those verified up to and including its first rejection
+(all rows if none was rejected); its *accepted* rows are those that matched. The *copy rate* r of a
+source is the chance that a copied row lands, so row j (1-based) is worth r**j expected tokens.
+
+Estimate
+--------
+For each source we keep decayed counts of accepted and tested rows and estimate::
+
+    rate = (accepted + PRIOR_ROWS * prior) / (tested + PRIOR_ROWS)
+
+i.e. a Beta-style estimate whose prior is worth ``PRIOR_ROWS`` (4) rows at ``prior`` (0.94). This
+is the maximum-likelihood per-row acceptance under sequential verification (shrunk toward the prior):
+a window that tests t rows and accepts a of them gives t Bernoulli outcomes, a successes and t - a
+failures. Rows after the first rejection were never tested, so they carry no evidence.
+
+Each recorded window first multiplies both counts by ``decay`` and then adds its own rows, so a
+window k windows old weighs ``decay**k``.
+
+Worked example (prior 0.94, decay 0.9)::
+
+    start                          accepted 0      tested 0      rate (0 + 3.76) / (0 + 4)   = 0.9400
+    window tested 3, accepted 2    accepted 2      tested 3      rate 5.76 / 7               = 0.8229
+    window tested 1, accepted 0    accepted 1.8    tested 3.7    rate 5.56 / 7.7             = 0.7221
+    window tested 4, accepted 4    accepted 5.62   tested 7.33   rate 9.38 / 11.33           = 0.8279
+
+Probe rule
+----------
+Once a source's rate is low enough that the allocator stops granting it rows, nothing would ever
+test it again and the rate could never recover. So if ``probe_every`` rounds (``tick`` calls) pass
+without a window of a source being recorded, ``probe_due(source)`` turns True; the engine then grants
+that stream's window one row outside the normal pricing, and recording the window resets the count.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+PRIOR_ROWS = 4.0
+
+# Per-window decay. Worth ~1 / (1 - 0.9) = 10 windows of memory. Why 0.9 (numbers for the measured
+# 2-core CPU, 4 streams, where a first draft row pays only when rate > ~0.58):
+#  - slow enough: one fully broken window (tested 1, accepted 0) moves a fresh 0.94 to 0.75, still
+#    above break-even, so one unlucky window does not shut copying off;
+#  - fast enough: three broken windows in a row give 0.64 -> 0.56, below break-even, so a stream whose
+#    text stopped being copyable stops paying within ~3 of its windows; after 10 it sits at 0.36.
+# Note the fixed prior puts a floor under the rate: with only 1-row failures it tends to
+# 3.76 / (4 + 10) = 0.27, so on a single CPU stream (where a row pays at r > ~0.08) a broken source
+# keeps one cheap draft row; a slower decay lowers that floor but reacts more slowly.
+DEFAULT_DECAY = 0.9
+
+
+@dataclass
+class SourceHistory:
+    """Decayed counts of accepted and tested draft rows for one source."""
+
+    accepted: float = 0.0
+    tested: float = 0.0
+
+
+def _clean_count(value: Any) -> float:
+    """A stored count as a finite non-negative float; garbage reads as 0."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return 0.0
+    value = float(value)
+    if not math.isfinite(value) or value < 0.0:
+        return 0.0
+    return value
+
+
+def _clean_history(accepted: Any, tested: Any) -> SourceHistory:
+    tested_f = _clean_count(tested)
+    # A row cannot be accepted without being tested.
+    return SourceHistory(accepted=min(_clean_count(accepted), tested_f), tested=tested_f)
+
+
+class CopyRates:
+    """Copy history of one stream, by source.
+
+    >>> rates = CopyRates()
+    >>> rates.rate("context")
+    0.94
+    >>> rates.record("context", tested=3, accepted=2)
+    >>> round(rates.rate("context"), 4)
+    0.8229
+    """
+
+    def __init__(
+        self,
+        prior: float = 0.94,
+        decay: float = DEFAULT_DECAY,
+        history: Mapping[str, SourceHistory] | None = None,
+        probe_every: int = 8,
+    ) -> None:
+        if not 0.0 <= prior <= 1.0:
+            raise ValueError(f"prior must be in [0, 1], got {prior!r}")
+        if not 0.0 < decay <= 1.0:
+            raise ValueError(f"decay must be in (0, 1], got {decay!r}")
+        if probe_every < 1:
+            raise ValueError(f"probe_every must be >= 1, got {probe_every!r}")
+        self.prior = float(prior)
+        self.decay = float(decay)
+        self.probe_every = int(probe_every)
+        # Copies, so the caller's objects are never mutated by record().
+        self._history: dict[str, SourceHistory] = {
+            source: _clean_history(h.accepted, h.tested) for source, h in (history or {}).items()
+        }
+        self._round = 0
+        # Round at which each source last had a window recorded; absent = since creation (round 0).
+        self._last_recorded: dict[str, int] = {}
+
+    def rate(self, source: str) -> float:
+        """Chance a copied row from ``source`` lands: (accepted + 4 * prior) / (tested + 4)."""
+        h = self._history.get(source)
+        if h is None:
+            return self.prior
+        return (h.accepted + PRIOR_ROWS * self.prior) / (h.tested + PRIOR_ROWS)
+
+    def record(self, source: str, tested: int, accepted: int) -> None:
+        """Record one verified window of ``source``: decay both counts, then add this window's rows.
+
+        A window with ``tested == 0`` verified nothing and is ignored (it neither decays the history
+        nor counts as a probe).
+        """
+        if tested < 0 or accepted < 0 or accepted > tested:
+            raise ValueError(f"need 0 <= accepted <= tested, got tested={tested}, accepted={accepted}")
+        if tested == 0:
+            return
+        h = self._history.setdefault(source, SourceHistory())
+        h.accepted = h.accepted * self.decay + accepted
+        h.tested = h.tested * self.decay + tested
+        self._last_recorded[source] = self._round
+
+    def tick(self) -> None:
+        """Advance one round for this stream (call once per round it takes part in)."""
+        self._round += 1
+
+    def probe_due(self, source: str) -> bool:
+        """True when ``probe_every`` rounds have passed without a window of ``source`` being recorded.
+
+        The engine then grants this stream's ``source`` window one row whatever its price, so a
+        source priced out of drafting is still re-tested now and then.
+        """
+        return self._round - self._last_recorded.get(source, 0) >= self.probe_every
+
+    def snapshot(self) -> dict[str, dict[str, float]]:
+        """JSON-able counts, e.g. ``{"context": {"accepted": 5.62, "tested": 7.33}}``."""
+        return {s: {"accepted": h.accepted, "tested": h.tested} for s, h in self._history.items()}
+
+    @classmethod
+    def from_snapshot(
+        cls, data: Mapping[str, Mapping[str, float]] | None, prior: float = 0.94, **kw: Any
+    ) -> CopyRates:
+        """Rebuild from :meth:`snapshot` output, tolerating damage.
+
+        ``None`` or a non-mapping gives a fresh history. Non-string source names and sources whose
+        entry is not a mapping are dropped; fields other than ``accepted``/``tested`` are ignored;
+        missing, non-numeric, non-finite or negative counts read as 0; ``accepted`` is capped at
+        ``tested``. Other keyword arguments (``decay``, ``probe_every``) go to the constructor.
+        """
+        history: dict[str, SourceHistory] = {}
+        if isinstance(data, Mapping):
+            for source, entry in data.items():
+                if isinstance(source, str) and isinstance(entry, Mapping):
+                    history[source] = _clean_history(entry.get("accepted"), entry.get("tested"))
+        return cls(prior=prior, history=history, **kw)

@@ -1,0 +1,325 @@
+"""Shared rounds: every active stream advances in one batched forward pass.
+
+``Scheduler.step()`` runs one round for the active streams, then at most one
+prefill chunk of a joining stream, so a long prompt stalls running streams by at
+most one chunk. It runs on whichever single thread owns MLX (the engine thread, or
+the benchmark's main thread) and reports through ``emit``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import mlx.core as mx
+import numpy as np
+from mlx_lm.models.cache import KVCache
+
+from engine.allocator import Offer, allocate
+from engine.convcache import ConversationCache
+from engine.copyindex import RecallIndex, Window
+from engine.costmodel import CALIBRATION_SHAPES, CostModel
+from engine.errors import LanesError, PromptTooLongError
+from engine.events import Event, Failed, Finished, Origin, ReplyStats, Request, RoundStats, Tokens
+from engine.lanecache import LaneCache
+from engine.models import LoadedModel
+from engine.stream import Stream
+from engine.verify import adjusted_probs, verify_greedy, verify_sampled
+
+log = logging.getLogger(__name__)
+
+PREFILL_CHUNK = 512
+
+
+@dataclass
+class Joining:
+    """A stream whose prompt is being prefilled, one chunk per step."""
+
+    stream: Stream
+    caches: list[KVCache]
+    done: int  # prompt tokens already in the caches
+
+
+@dataclass
+class RoundPlan:
+    streams: list[Stream]
+    windows: list[Window | None]
+    rows: list[int]
+    probes: list[bool] = field(default_factory=list)
+
+
+class Scheduler:
+    def __init__(
+        self,
+        loaded: LoadedModel,
+        emit: Callable[[Event], None],
+        *,
+        recall: RecallIndex | None = None,
+        costs: CostModel | None = None,
+        conversations: ConversationCache | None = None,
+    ) -> None:
+        self.loaded = loaded
+        self.model = loaded.model
+        self.tokenizer = loaded.tokenizer
+        self.emit = emit
+        fam = loaded.family
+        self.recall = recall if recall is not None else RecallIndex(min_match=fam.min_match["recall"])
+        self.costs = costs if costs is not None else CostModel()
+        self.conversations = conversations if conversations is not None else ConversationCache()
+        self.lanes = LaneCache(loaded.n_layers)
+        self.active: list[Stream] = []  # row i of self.lanes is self.active[i]
+        self.joining: list[Joining] = []
+        self.round = 0
+        self.forward_s = 0.0  # summed over rounds: forward passes
+        self.host_s = 0.0  # summed over rounds: everything else in a round
+        self.histogram: dict[int, int] = {}  # accepted drafts per window -> count (gpt-fast style)
+
+    # -- requests ------------------------------------------------------------
+    def prompt_tokens(self, request: Request) -> list[int]:
+        if request.prompt_tokens is not None:
+            tokens = list(request.prompt_tokens)
+        else:
+            tokens = list(
+                self.tokenizer.apply_chat_template(list(request.messages), add_generation_prompt=True)
+            )
+        if len(tokens) < 2:
+            raise LanesError("a prompt needs at least two tokens: give at least one message")
+        limit = self.loaded.context_length
+        if len(tokens) >= limit:
+            raise PromptTooLongError(
+                f"prompt of {len(tokens)} tokens exceeds {self.loaded.name}'s context limit of {limit} tokens"
+            )
+        return tokens
+
+    def submit(self, request: Request) -> None:
+        """Validate (raising before any compute) and queue ``request`` for prefill."""
+        if request.max_tokens < 1:
+            raise LanesError(f"max_tokens must be at least 1 (got {request.max_tokens})")
+        if not 0.0 <= request.top_p <= 1.0 or request.temperature < 0:
+            raise LanesError("temperature must be >= 0 and top_p within 0..1")
+        prompt = self.prompt_tokens(request)
+        room = self.loaded.context_length - len(prompt)
+        if request.max_tokens > room:
+            from dataclasses import replace
+
+            request = replace(request, max_tokens=room)
+        stream = Stream.start(request, prompt, self.loaded.family, self.tokenizer)
+        caches: list[KVCache] | None = None
+        if request.conversation:
+            taken = self.conversations.take(request.conversation, prompt)
+            if taken is not None:
+                caches, stream.reused = taken
+        if caches is None:
+            caches = [KVCache() for _ in range(self.loaded.n_layers)]
+        self.joining.append(Joining(stream, caches, stream.reused))
+
+    def cancel(self, request_id: str) -> bool:
+        for s in self.active:
+            if s.id == request_id:
+                s.cancelled = True
+                return True
+        for j in self.joining:
+            if j.stream.id == request_id:
+                j.stream.cancelled = True
+                return True
+        return False
+
+    def reset(self) -> None:
+        """Forget every stream (after a fault outside any one of them)."""
+        self.active.clear()
+        self.joining.clear()
+        self.lanes = LaneCache(self.loaded.n_layers)
+
+    @property
+    def busy(self) -> bool:
+        return bool(self.active or self.joining)
+
+    # -- the loop ------------------------------------------------------------
+    def step(self) -> None:
+        self._drop_cancelled()
+        if self.active:
+            self._round()
+        if self.joining:
+            self._prefill_chunk()
+
+    def calibrate(self, repeats: int = 2) -> None:
+        """Time the forward pass at a few shapes on this machine (before any stream)."""
+        for batch, width in CALIBRATION_SHAPES:
+            lanes = LaneCache(self.loaded.n_layers)
+            for _ in range(batch):
+                caches = [KVCache() for _ in range(self.loaded.n_layers)]
+                self.model(mx.zeros((1, 64), dtype=mx.int32), cache=caches)
+                lanes.add(caches)
+            tokens = mx.zeros((batch, width), dtype=mx.int32)
+            best = float("inf")
+            for _ in range(repeats + 1):
+                lanes.begin_round(width)
+                t0 = time.perf_counter()
+                mx.eval(mx.argmax(self.model(tokens, cache=lanes.views), axis=-1))
+                best = min(best, time.perf_counter() - t0)
+                lanes.end_round()
+            self.costs.observe(batch, width, best)
+
+    # -- internals -----------------------------------------------------------
+    def _drop_cancelled(self) -> None:
+        for j in [j for j in self.joining if j.stream.cancelled]:
+            self.joining.remove(j)
+            j.stream.stop_reason = "cancelled"
+            self._finish(j.stream, caches=None)
+        for row in reversed(range(len(self.active))):
+            s = self.active[row]
+            if s.cancelled:
+                s.stop_reason = "cancelled"
+                self._leave(row)
+
+    def _prefill_chunk(self) -> None:
+        job = self.joining[0]
+        s = job.stream
+        try:
+            end = min(job.done + PREFILL_CHUNK, len(s.prompt) - 1)
+            if end > job.done:
+                self.model(mx.array(s.prompt[job.done : end])[None], cache=job.caches)
+                mx.eval([c.keys for c in job.caches])
+                job.done = end
+            if job.done < len(s.prompt) - 1:
+                return
+            self.joining.pop(0)
+            self.lanes.add(job.caches)
+            self.active.append(s)
+        except Exception as exc:  # one stream's failure leaves the others running
+            if self.joining and self.joining[0] is job:
+                self.joining.pop(0)
+            self._fail(s, exc)
+
+    def _plan(self) -> RoundPlan:
+        windows: list[Window | None] = []
+        offers: list[Offer] = []
+        probes: list[bool] = []
+        for i, s in enumerate(self.active):
+            s.rates.tick()
+            w = s.propose(self.recall, s.request.conversation or s.id)
+            windows.append(w)
+            probe = False
+            if w is not None:
+                probe = s.own_rates and s.rates.probe_due(w.source)
+                offers.append(Offer(stream=i, rate=s.price(w.source), max_rows=len(w.tokens), probe=probe))
+            probes.append(probe)
+        if offers:
+            alloc = allocate(offers, len(self.active), self.costs.cost, self.costs.overhead)
+            rows = list(alloc.rows)
+        else:
+            rows = [0] * len(self.active)
+        return RoundPlan(list(self.active), windows, rows, probes)
+
+    def _round(self) -> None:
+        t_start = time.perf_counter()
+        self.round += 1
+        plan = self._plan()
+        width = 1 + max(plan.rows)
+        batch = len(plan.streams)
+        inputs = np.empty((batch, width), dtype=np.int32)
+        drafts: list[list[int]] = []
+        for i, s in enumerate(plan.streams):
+            w = plan.windows[i]
+            d = list(w.tokens[: plan.rows[i]]) if w is not None else []
+            drafts.append(d)
+            row = [s.last_token, *d]
+            inputs[i, : len(row)] = row
+            inputs[i, len(row) :] = s.last_token  # padding: masked out by position, never kept
+        sampling = [i for i, s in enumerate(plan.streams) if s.request.temperature > 0]
+
+        self.lanes.begin_round(width)
+        t_fwd = time.perf_counter()
+        try:
+            logits = self.model(mx.array(inputs), cache=self.lanes.views)
+            choices = mx.argmax(logits, axis=-1)
+            picked = [logits[i, : len(drafts[i]) + 1] for i in sampling]
+            mx.eval(choices, *picked)
+        except Exception as exc:
+            self.lanes.end_round()
+            for row in reversed(range(len(plan.streams))):
+                self._fail_row(row, exc)
+            return
+        forward_s = time.perf_counter() - t_fwd
+        choice_rows = choices.tolist()
+        sampled = dict(zip(sampling, picked, strict=True))
+
+        done: list[int] = []
+        failures: dict[int, Exception] = {}
+        for i, s in enumerate(plan.streams):
+            try:
+                d = drafts[i]
+                if i in sampled:
+                    req = s.request
+                    probs = adjusted_probs(np.array(sampled[i], dtype=np.float32), req.temperature, req.top_p)
+                    assert s.rng is not None
+                    accepted, nxt = verify_sampled(probs, d, s.rng)
+                else:
+                    accepted, nxt = verify_greedy(choice_rows[i][: len(d) + 1], d)
+                self.lanes.advance(i, accepted + 1)
+                w = plan.windows[i]
+                source = w.source if (w is not None and d) else None
+                if source is not None:
+                    s.record_window(source, len(d), accepted)
+                    self.histogram[accepted] = self.histogram.get(accepted, 0) + 1
+                origins: list[Origin] = [source] * accepted if source else []  # type: ignore[list-item]
+                tokens, origins, text = s.accept([*d[:accepted], nxt], [*origins, "model"])
+                s.rounds += 1
+                if tokens or text:
+                    self.emit(Tokens(s.id, tuple(tokens), tuple(origins), text))
+                self.emit(
+                    RoundStats(s.id, self.round, batch, width, len(d), accepted, source, forward_s,
+                               time.perf_counter() - t_start - forward_s)
+                )
+                if s.stop_reason is not None:
+                    done.append(i)
+            except Exception as exc:  # one stream's failure leaves the others running
+                failures[i] = exc
+                done.append(i)
+        self.lanes.end_round()
+        for row in reversed(done):
+            if row in failures:
+                self._fail_row(row, failures[row])
+            else:
+                self._leave(row)
+        host_s = time.perf_counter() - t_start - forward_s
+        self.forward_s += forward_s
+        self.host_s += host_s
+        self.costs.observe(batch, width, forward_s)
+        self.costs.observe_overhead(host_s)
+
+    def _leave(self, row: int) -> None:
+        s = self.active.pop(row)
+        caches = self.lanes.extract(row) if s.request.conversation else None
+        self.lanes.remove(row)
+        self._finish(s, caches)
+
+    def _fail_row(self, row: int, exc: BaseException) -> None:
+        s = self.active.pop(row)
+        self.lanes.remove(row)
+        self._fail(s, exc)
+
+    def _finish(self, s: Stream, caches: list[KVCache] | None) -> None:
+        if caches is not None and s.request.conversation:
+            kept = caches[0].offset
+            self.conversations.put(s.request.conversation, (s.prompt + s.output)[:kept], caches)
+        now = time.perf_counter()
+        stats = ReplyStats(
+            prompt_tokens=len(s.prompt),
+            generated=len(s.output),
+            seconds=now - s.started,
+            first_token_s=None if s.first_token_at is None else s.first_token_at - s.started,
+            prefill_reused=s.reused,
+            rounds=s.rounds,
+            rows=s.source_counts(),
+        )
+        reason = s.stop_reason or "length"
+        self.emit(
+            Finished(s.id, reason, tuple(s.output), tuple(s.origins), s.text, stats, s.rates.snapshot())
+        )
+
+    def _fail(self, s: Stream, exc: BaseException) -> None:
+        log.exception("stream %s failed", s.id, exc_info=exc)
+        self.emit(Failed(s.id, str(exc) or type(exc).__name__, type(exc).__name__, s.text, s.rates.snapshot()))

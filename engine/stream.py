@@ -1,0 +1,148 @@
+"""One reply in progress: its tokens, copy indexes, copy rates, text and stop rules."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+from mlx_lm.tokenizer_utils import TokenizerWrapper
+
+from engine.copyindex import ContextIndex, RecallIndex, Window
+from engine.events import Origin, Request, SourceCounts, StopReason
+from engine.families import Family
+from engine.rates import CopyRates
+
+
+@dataclass
+class Counts:
+    tested: int = 0
+    accepted: int = 0
+
+
+@dataclass
+class Stream:
+    request: Request
+    prompt: list[int]
+    family: Family
+    tokenizer: TokenizerWrapper
+    own_rates: bool
+    rates: CopyRates
+    context: ContextIndex
+    started: float = field(default_factory=time.perf_counter)
+    output: list[int] = field(default_factory=list)
+    origins: list[Origin] = field(default_factory=list)
+    text: str = ""
+    first_token_at: float | None = None
+    reused: int = 0
+    rounds: int = 0
+    rows: dict[str, Counts] = field(default_factory=lambda: {"context": Counts(), "recall": Counts()})
+    stop_reason: StopReason | None = None
+    cancelled: bool = False
+    rng: np.random.Generator | None = None
+    _detok_from: int = 0  # output tokens not yet turned into committed text
+
+    @classmethod
+    def start(cls, request: Request, prompt: list[int], family: Family, tokenizer: TokenizerWrapper) -> Stream:
+        own = family.own_copy_rates if request.own_copy_rates is None else request.own_copy_rates
+        rates = CopyRates.from_snapshot(request.copy_history, prior=family.copy_rate)
+        context = ContextIndex(min_match=family.min_match["context"])
+        context.extend(prompt)
+        rng = np.random.default_rng(request.seed) if request.temperature > 0 else None
+        return cls(request, prompt, family, tokenizer, own, rates, context, rng=rng)
+
+    @property
+    def id(self) -> str:
+        return self.request.id
+
+    @property
+    def tokens_in_view(self) -> int:
+        return len(self.prompt) + len(self.output)
+
+    @property
+    def last_token(self) -> int:
+        return self.output[-1] if self.output else self.prompt[-1]
+
+    def tail(self, n: int) -> list[int]:
+        """The last ``n`` tokens of prompt + output, without copying the whole history."""
+        if len(self.output) >= n:
+            return self.output[-n:]
+        return self.prompt[max(0, len(self.prompt) - (n - len(self.output))) :] + self.output
+
+    @property
+    def remaining(self) -> int:
+        return self.request.max_tokens - len(self.output)
+
+    # -- drafting ------------------------------------------------------------
+    def propose(self, recall: RecallIndex | None, exclude: str | None) -> Window | None:
+        """The window this stream offers: the longer match wins, ties go to context."""
+        if not self.request.drafts or self.remaining <= 1:
+            return None
+        limit = min(self.family.max_window, self.remaining - 1)
+        best = self.context.propose(limit)
+        if recall is not None and self.request.recall and len(recall):
+            other = recall.propose(self.tail(recall.max_match), limit, exclude=exclude)
+            if other is not None and (best is None or other.match_len > best.match_len):
+                best = other
+        return best
+
+    def price(self, source: str) -> float:
+        return self.rates.rate(source) if self.own_rates else self.family.copy_rate
+
+    # -- after verification -------------------------------------------------
+    def record_window(self, source: str, granted: int, accepted: int) -> None:
+        tested = granted if accepted == granted else accepted + 1
+        counts = self.rows[source]
+        counts.tested += tested
+        counts.accepted += accepted
+        self.rates.record(source, tested, accepted)
+
+    def accept(self, tokens: list[int], origins: list[Origin]) -> tuple[list[int], list[Origin], str]:
+        """Append verified tokens, applying eos, max tokens and stop strings.
+
+        Returns what was really emitted (tokens after a stop are dropped) and the
+        new committed text.
+        """
+        if self.first_token_at is None:
+            self.first_token_at = time.perf_counter()
+        eos = self.tokenizer.eos_token_ids
+        kept: list[int] = []
+        for t in tokens:
+            if t in eos:
+                self.stop_reason = "eos"
+                break
+            kept.append(t)
+            if len(self.output) + len(kept) >= self.request.max_tokens:
+                self.stop_reason = "length"
+                break
+        kept_origins = origins[: len(kept)]
+        self.output.extend(kept)
+        self.origins.extend(kept_origins)
+        self.context.extend(kept)
+        new_text = self._commit_text(final=self.stop_reason is not None)
+        stop_at = self._find_stop(len(new_text))
+        if stop_at is not None:
+            cut = stop_at - (len(self.text) - len(new_text))
+            new_text = new_text[: max(cut, 0)]
+            self.text = self.text[:stop_at]
+            self.stop_reason = "stop"
+        return kept, kept_origins, new_text
+
+    def _commit_text(self, final: bool) -> str:
+        piece = self.tokenizer.decode(self.output[self._detok_from :])
+        if not final and piece.endswith("\ufffd"):
+            return ""  # a multi-byte character is still incomplete
+        self._detok_from = len(self.output)
+        self.text += piece
+        return piece
+
+    def _find_stop(self, new_chars: int) -> int | None:
+        if not self.request.stop or new_chars == 0:
+            return None
+        longest = max(len(s) for s in self.request.stop)
+        start = max(0, len(self.text) - new_chars - longest + 1)
+        hits = [i for s in self.request.stop if (i := self.text.find(s, start)) >= 0]
+        return min(hits) if hits else None
+
+    def source_counts(self) -> dict[str, SourceCounts]:
+        return {k: SourceCounts(v.tested, v.accepted) for k, v in self.rows.items()}

@@ -1,0 +1,56 @@
+"""Shared fixtures: the real embedded model, loaded once per session, and mlx-lm's
+own greedy generation as the reference every Lanes stream must equal."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def loaded():  # -> engine.models.LoadedModel
+    from engine.models import load_model
+
+    return load_model(None)
+
+
+@pytest.fixture(scope="session")
+def reference(loaded) -> Callable[[list[int], int], list[int]]:
+    """mlx-lm ``stream_generate`` tokens for (prompt tokens, max tokens), memoised."""
+    from mlx_lm import stream_generate
+
+    memo: dict[tuple[tuple[int, ...], int], list[int]] = {}
+
+    def ref(prompt: list[int], max_tokens: int) -> list[int]:
+        key = (tuple(prompt), max_tokens)
+        if key not in memo:
+            memo[key] = [
+                r.token
+                for r in stream_generate(loaded.model, loaded.tokenizer, prompt, max_tokens=max_tokens)
+                if r.finish_reason != "stop"
+            ]
+        return memo[key]
+
+    return ref
+
+
+@pytest.fixture(scope="session")
+def chat_prompt(loaded) -> Callable[[str], list[int]]:
+    def render(text: str) -> list[int]:
+        return list(loaded.tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True))
+
+    return render
+
+
+@pytest.fixture(autouse=True)
+def no_thread_leaks() -> Iterator[None]:
+    """Fail any test that leaves a thread running."""
+    before = set(threading.enumerate())
+    yield
+    leaked = [t for t in threading.enumerate() if t not in before and t.is_alive()]
+    for t in leaked:
+        t.join(timeout=10)
+    leaked = [t.name for t in leaked if t.is_alive()]
+    assert not leaked, f"threads leaked: {leaked}"

@@ -1,0 +1,173 @@
+"""engine.blas: which BLAS MLX uses on Linux, and the OpenBLAS re-exec.
+
+LD_PRELOAD only takes effect when a process starts, so every check runs in a fresh
+``sys.executable`` subprocess with an environment this test controls.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from engine import blas
+
+REPO = Path(__file__).resolve().parents[1]
+
+linux_with_openblas = pytest.mark.skipif(
+    not sys.platform.startswith("linux") or blas.openblas_path() is None,
+    reason="needs Linux with Debian/Ubuntu OpenBLAS (apt-get install libopenblas0-pthread)",
+)
+
+# Imports MLX, does a small matrix product and reports what engine.blas sees.
+PROBE = textwrap.dedent(
+    """
+    import json, os, sys
+    import mlx.core as mx
+    from engine import blas
+    a = mx.random.normal((64, 64))
+    mx.eval(a @ a)
+    print(json.dumps({
+        "backend": blas.blas_backend(),
+        "warning": blas.slow_path_warning(),
+        "argv": sys.argv[1:],
+        "guard": os.environ.get(blas.REEXEC_GUARD),
+        "preload": os.environ.get("LD_PRELOAD", ""),
+    }))
+    """
+)
+
+# Same probe, but asks for the fast BLAS first, as engine.cli does.
+REEXEC_PROBE = "from engine import blas\nblas.ensure_fast_blas()\n" + PROBE
+
+
+def _env(preload: str | None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD", blas.REEXEC_GUARD, blas.OPT_OUT)}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)
+    if preload is not None:
+        env["LD_PRELOAD"] = preload
+    return env
+
+
+def _run(args: list[str], env: dict[str, str], cwd: Path = REPO) -> dict:
+    proc = subprocess.run(
+        [sys.executable, *args], check=False, env=env, cwd=cwd, capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@linux_with_openblas
+def test_reference_blas_without_preload() -> None:
+    out = _run(["-c", PROBE], _env(None))
+    assert out["backend"] == "reference"
+
+
+@linux_with_openblas
+def test_openblas_with_preload() -> None:
+    out = _run(["-c", PROBE], _env(blas.openblas_path()))
+    assert out["backend"] == "openblas"
+
+
+@linux_with_openblas
+def test_slow_path_warning_only_on_reference() -> None:
+    slow = _run(["-c", PROBE], _env(None))
+    fast = _run(["-c", PROBE], _env(blas.openblas_path()))
+    assert slow["warning"] is not None
+    assert "30x" in slow["warning"]
+    assert "make run" in slow["warning"]
+    assert blas.openblas_path() in slow["warning"]  # installed here, so it says what to preload
+    assert fast["warning"] is None
+
+
+@linux_with_openblas
+def test_ensure_fast_blas_reexecs_a_script(tmp_path: Path) -> None:
+    script = tmp_path / "probe.py"
+    script.write_text(REEXEC_PROBE)
+    out = _run([str(script), "chat", "--flag"], _env(None), cwd=tmp_path)
+    assert out["backend"] == "openblas"
+    assert out["argv"] == ["chat", "--flag"]
+    assert out["guard"] == "1"
+    assert out["preload"].split()[0] == blas.openblas_path()
+
+
+@linux_with_openblas
+def test_ensure_fast_blas_reexecs_a_module(tmp_path: Path) -> None:
+    package = tmp_path / "probepkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "cli.py").write_text(REEXEC_PROBE)
+    env = _env(None)
+    env["PYTHONPATH"] = os.pathsep.join([str(tmp_path), env["PYTHONPATH"]])
+    out = _run(["-m", "probepkg.cli", "bench", "--json", "x.json"], env, cwd=tmp_path)
+    assert out["backend"] == "openblas"
+    assert out["argv"] == ["bench", "--json", "x.json"]
+
+
+@linux_with_openblas
+def test_ensure_fast_blas_keeps_other_preloads(tmp_path: Path) -> None:
+    # A library someone else preloads stays, after OpenBLAS.
+    other = "/lib/x86_64-linux-gnu/libm.so.6" if Path("/lib/x86_64-linux-gnu/libm.so.6").exists() else ""
+    if not other:
+        pytest.skip("no libm at the Debian x86_64 path to preload")
+    out = _run(["-c", REEXEC_PROBE], _env(other))
+    assert out["backend"] == "openblas"
+    assert out["preload"].split() == [blas.openblas_path(), other]
+
+
+@linux_with_openblas
+def test_guard_stops_a_second_reexec() -> None:
+    env = _env(None)
+    env[blas.REEXEC_GUARD] = "1"
+    out = _run(["-c", REEXEC_PROBE], env)
+    # The guard says "already re-executed": no exec happens, so the slow path stays.
+    assert out["backend"] == "reference"
+    assert out["warning"] is not None
+
+
+@linux_with_openblas
+def test_opt_out() -> None:
+    env = _env(None)
+    env[blas.OPT_OUT] = "1"
+    out = _run(["-c", REEXEC_PROBE], env)
+    assert out["backend"] == "reference"
+
+
+def test_no_reexec_inside_pytest(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("LD_PRELOAD", raising=False)
+    monkeypatch.delenv(blas.REEXEC_GUARD, raising=False)
+    monkeypatch.delenv(blas.OPT_OUT, raising=False)
+
+    def fail(*args: object) -> None:
+        raise AssertionError("ensure_fast_blas must not re-exec a pytest run")
+
+    monkeypatch.setattr(os, "execve", fail)
+    blas.ensure_fast_blas()
+
+
+def test_nothing_to_do_on_macos(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sys, "platform", "darwin")
+    monkeypatch.setattr(os, "execve", lambda *a: pytest.fail("no exec on macOS"))
+    assert blas.openblas_path() is None
+    assert blas.blas_backend() == "accelerate"
+    assert blas.slow_path_warning() is None
+    blas.ensure_fast_blas()
+
+
+def test_blas_module_does_not_import_mlx() -> None:
+    code = "import sys; import engine.blas; print('mlx' in sys.modules)"
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        check=False,
+        env=_env(None),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "False"

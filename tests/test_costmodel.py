@@ -1,0 +1,191 @@
+"""Tests for engine.costmodel: seconds per padded forward pass."""
+
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from engine.costmodel import CALIBRATION_SHAPES, DEFAULT_CURVE, MIN_SECONDS, CostModel
+
+# Measured on the target machine: SmolLM2-135M, 2-core CPU, milliseconds.
+CPU_MS = {
+    (1, 1): 64, (1, 4): 80, (1, 8): 98, (1, 16): 114,
+    (2, 1): 72, (2, 4): 108, (2, 8): 139, (2, 16): 189,
+    (4, 1): 101, (4, 4): 145, (4, 8): 218, (4, 16): 339,
+}  # fmt: skip
+CPU = {shape: ms / 1000 for shape, ms in CPU_MS.items()}
+# GPU-like: nearly flat, 4-10 ms whatever the shape.
+GPU = {(1, 1): 0.004, (1, 8): 0.0045, (4, 1): 0.005, (4, 8): 0.006, (4, 16): 0.007}
+
+
+def test_observed_shapes_are_exact() -> None:
+    model = CostModel(CPU)
+    for shape, seconds in CPU.items():
+        assert model.cost(*shape) == seconds
+
+
+def test_interpolates_in_width_for_an_observed_batch() -> None:
+    model = CostModel(CPU)
+    assert model.cost(4, 2) == pytest.approx(0.101 + 0.044 / 3)  # 115.7 ms
+    assert model.cost(4, 12) == pytest.approx(0.2785)  # halfway 218..339
+    assert model.cost(1, 6) == pytest.approx(0.089)  # halfway 80..98
+    assert model.cost(2, 3) == pytest.approx(0.072 + 2 * 0.036 / 3)
+
+
+def test_extrapolates_past_the_widest_width() -> None:
+    model = CostModel(CPU)
+    assert model.cost(4, 20) == pytest.approx(0.339 + 4 * 0.121 / 8)  # 399.5 ms
+    assert model.cost(1, 33) == pytest.approx(0.114 + 17 * 0.016 / 8)
+
+
+def test_unobserved_batch_uses_monotone_least_squares_fit() -> None:
+    model = CostModel(CPU)
+    # Least squares a + b*B + c*B*W over the 12 CPU shapes: a=52.1 ms, b=8.78 ms, c=3.92 ms.
+    assert model.cost(3, 8) == pytest.approx(0.05212 + 0.008777 * 3 + 0.003920 * 24, rel=1e-3)
+    assert model.cost(3, 8) == pytest.approx(0.1725, abs=5e-4)
+    # Between the observed 2- and 4-stream costs, as it should be.
+    for w in (1, 4, 8, 16):
+        assert CPU[(2, w)] * 0.85 < model.cost(3, w) < CPU[(4, w)] * 1.1
+    for b in range(5, 17):
+        for w in range(1, 33):
+            assert 0.0 < model.cost(b, w) <= model.cost(b, w + 1)
+            assert model.cost(b, w) <= model.cost(b + 1, w)
+
+
+def test_fit_clamps_negative_slopes() -> None:
+    # Noise makes the 4-stream passes look *cheaper*: the fit must not decrease in B.
+    noisy = {(1, 1): 0.010, (1, 8): 0.012, (4, 1): 0.008, (4, 8): 0.009, (4, 16): 0.0095}
+    model = CostModel(noisy)
+    costs = [model.cost(b, 4) for b in (2, 3, 5, 8, 16)]
+    assert costs == sorted(costs)
+    assert all(c > 0 and math.isfinite(c) for c in costs)
+
+
+def test_gpu_is_flat() -> None:
+    model = CostModel(GPU)
+    assert model.cost(4, 17) == pytest.approx(0.007 + 0.001 / 8)
+    for b in (1, 2, 3, 4, 8):
+        for w in (1, 4, 16, 32):
+            assert 0.003 < model.cost(b, w) < 0.02
+
+
+def test_no_samples_uses_documented_default_curve() -> None:
+    model = CostModel()
+    a, b, c = DEFAULT_CURVE
+    assert model.cost(1, 1) == pytest.approx(a + b + c)  # ~65 ms: the CPU fit
+    assert model.cost(4, 16) == pytest.approx(a + 4 * b + 64 * c)
+    assert model.cost(4, 16) == pytest.approx(0.338, abs=0.002)
+    assert model.snapshot() == {}
+
+
+def test_few_samples_scale_the_default_curve() -> None:
+    # One GPU-like sample: the default curve's shape, scaled to it.
+    model = CostModel({(1, 1): 0.005})
+    a, b, c = DEFAULT_CURVE
+    scale = 0.005 / (a + b + c)
+    assert model.cost(1, 1) == 0.005
+    assert model.cost(4, 8) == pytest.approx(scale * (a + 4 * b + 32 * c))
+    # Same batch, other width: that sample plus the (scaled) default W-slope.
+    assert model.cost(1, 9) == pytest.approx(0.005 + scale * c * 8)
+    # Shapes on one batch can't separate a from b: still the scaled default for other batches.
+    one_batch = CostModel({(1, 1): 0.064, (1, 8): 0.098, (1, 16): 0.114})
+    assert one_batch.cost(1, 4) == pytest.approx(0.064 + 3 * 0.034 / 7)
+    assert one_batch.cost(4, 4) > one_batch.cost(2, 4) > 0
+
+
+def test_calibration_shapes_identify_the_fit() -> None:
+    assert (1, 1) in CALIBRATION_SHAPES
+    model = CostModel({s: CPU[s] for s in CALIBRATION_SHAPES})
+    assert model._coef is not None
+    assert model.cost(2, 8) == pytest.approx(0.139, rel=0.15)  # unobserved batch, from the fit
+
+
+def test_observe_is_an_ema_and_new_shapes_take_the_timing() -> None:
+    model = CostModel({(4, 4): 0.145}, alpha=0.2)
+    model.observe(4, 4, 0.155)
+    assert model.cost(4, 4) == pytest.approx(0.8 * 0.145 + 0.2 * 0.155)
+    model.observe(2, 8, 0.139)
+    assert model.cost(2, 8) == 0.139
+    assert model.snapshot() == {"2x8": 0.139, "4x4": pytest.approx(0.147)}
+
+
+def test_observe_refits_the_fallback() -> None:
+    model = CostModel({(1, 1): 0.064})
+    before = model.cost(3, 8)
+    for shape in ((1, 8), (4, 1), (4, 8), (4, 16)):
+        model.observe(*shape, CPU[shape])
+    assert model._coef is not None
+    assert model.cost(3, 8) != before
+    assert model.cost(3, 8) == pytest.approx(0.1725, rel=0.15)
+
+
+def test_observe_drops_bad_timings() -> None:
+    model = CostModel({(1, 1): 0.064})
+    for bad in (0.0, -1.0, math.nan, math.inf):
+        model.observe(1, 1, bad)
+    assert model.cost(1, 1) == 0.064
+    with pytest.raises(ValueError):
+        model.observe(0, 1, 0.1)
+    with pytest.raises(ValueError):
+        model.cost(1, 0)
+
+
+def test_constructor_validates() -> None:
+    with pytest.raises(ValueError):
+        CostModel({(1, 1): 0.0})
+    with pytest.raises(ValueError):
+        CostModel({(0, 1): 0.1})
+    with pytest.raises(ValueError):
+        CostModel(alpha=0.0)
+
+
+def test_overhead_ema() -> None:
+    model = CostModel(alpha=0.2)
+    assert model.overhead == 0.0
+    model.observe_overhead(0.010)  # the first reading is taken as is
+    assert model.overhead == 0.010
+    model.observe_overhead(0.020)
+    assert model.overhead == pytest.approx(0.012)
+    model.observe_overhead(-0.005)  # timer noise: reads as 0
+    assert model.overhead == pytest.approx(0.0096)
+    model.observe_overhead(math.nan)
+    assert model.overhead == pytest.approx(0.0096)
+    assert CostModel(overhead=0.003).overhead == 0.003
+
+
+def test_snapshot_round_trip() -> None:
+    model = CostModel(CPU)
+    snap = model.snapshot()
+    assert snap["4x16"] == 0.339 and len(snap) == 12
+    again = CostModel.from_snapshot(snap)
+    assert again.snapshot() == snap
+    assert again.cost(3, 8) == pytest.approx(model.cost(3, 8))
+    damaged = {"4x8": 0.218, "x": 1.0, "0x3": 0.1, "2x2": -1, "3x3": "fast", "5x5": True, "1x1x1": 0.2}
+    assert CostModel.from_snapshot(damaged).snapshot() == {"4x8": 0.218}
+    assert CostModel.from_snapshot(None).snapshot() == {}
+
+
+shapes = st.tuples(st.integers(1, 16), st.integers(1, 33))
+
+
+@settings(deadline=None)  # shared 2-core box: timing deadlines flake under load
+@given(st.dictionaries(shapes, st.floats(1e-5, 10.0), max_size=12), shapes)
+def test_cost_is_always_positive_and_finite(samples: dict, query: tuple[int, int]) -> None:
+    model = CostModel(samples)
+    c = model.cost(*query)
+    assert math.isfinite(c) and c >= MIN_SECONDS
+
+
+@settings(deadline=None)  # shared 2-core box: timing deadlines flake under load
+@given(st.dictionaries(shapes, st.floats(1e-5, 10.0), min_size=3, max_size=12))
+def test_fit_is_monotone_in_batch_and_width(samples: dict) -> None:
+    model = CostModel(samples)
+    observed = {b for b, _ in samples}
+    free_batches = [b for b in range(1, 18) if b not in observed]
+    for b in free_batches:
+        for w in (1, 2, 8, 33):
+            assert model.cost(b, w) <= model.cost(b, w + 1)
+            nxt = next((x for x in free_batches if x > b), None)
+            if nxt is not None:
+                assert model.cost(b, w) <= model.cost(nxt, w)
