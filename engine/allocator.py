@@ -16,6 +16,11 @@ Algorithm
    and ties keep the shorter prefix.
 4. Probe offers whose stream got no row get exactly one row added afterwards, outside the pricing.
 
+Rows worth less than ``MIN_ROW_VALUE`` are never candidates. Inside a pass that another stream
+has already widened, such a row costs no extra compute, so pure throughput would take it; but it
+would mostly be a wasted row, and a stream whose copies keep breaking must stop paying verify
+rows for them (the seed's check), whoever else is in the round.
+
 Worked example: 4 streams on the measured 2-core CPU (ms: W=1 101, W=4 145, linear in between, so
 W=2 115.7, W=3 130.3), overhead 0, offers: stream 0 at r=0.94 with 16 rows, stream 1 at r=0.36
 with 16 rows. Greedy order: s0 rows 1..16 (0.940, 0.884, 0.831, ... 0.371), then s1 row 1 (0.36), ...
@@ -39,6 +44,8 @@ import heapq
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+
+MIN_ROW_VALUE = 0.3  # a row less likely than this to land is not worth verifying
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,7 +124,7 @@ def allocate(
         return t
 
     # Heap of each stream's next untaken row: (-value, stream, j). Rows worth 0 can never pay.
-    heap = [(-rates[s], s, 1) for s in range(n_streams) if caps[s] > 0 and rates[s] > 0.0]
+    heap = [(-rates[s], s, 1) for s in range(n_streams) if caps[s] > 0 and rates[s] >= MIN_ROW_VALUE]
     heapq.heapify(heap)
     order: list[int] = []  # stream of each taken row, in greedy order
     value = float(n_streams)
@@ -131,7 +138,7 @@ def allocate(
         tp = value / seconds_at(width)
         if tp > best_tp:  # strict: on a tie keep the shorter prefix
             best_len, best_tp = len(order), tp
-        if j < caps[s]:
+        if j < caps[s] and rates[s] ** (j + 1) >= MIN_ROW_VALUE:
             heapq.heappush(heap, (-(rates[s] ** (j + 1)), s, j + 1))
 
     rows = [0] * n_streams

@@ -39,7 +39,7 @@ from __future__ import annotations
 from array import array
 from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 MAX_CANDIDATES = 16  # usable candidates extended per propose; keeps it well under 1 ms
 MAX_CHAIN_STEPS = 256  # chain links walked per recall propose, skipped ones included
@@ -52,6 +52,7 @@ class Window:
     source: str  # "context" or "recall"
     tokens: tuple[int, ...]  # the copied continuation (the draft), len >= 1
     match_len: int  # how many trailing tokens of the stream matched the earlier occurrence
+    start: int = field(default=-1, compare=False)  # context windows: index of the first copied token in the stream's tokens
 
 
 def _check_lengths(min_match: int, max_match: int) -> None:
@@ -126,7 +127,35 @@ class ContextIndex:
             s = prev[s]
         if best_len < m:
             return None
-        return Window(self.source, tuple(toks[best_end : min(best_end + max_tokens, n)]), best_len)
+        return Window(self.source, tuple(toks[best_end : min(best_end + max_tokens, n)]), best_len, best_end)
+
+    def resync(self, anchor: int, max_tokens: int, back: int = 4, ahead: int = 24) -> Window | None:
+        """After a copy broke at ``anchor``, find where the source picks up again.
+
+        An edit (a renamed word, a fixed typo) breaks a copy for a token or two, and
+        the suffix match then needs ``min_match`` fresh tokens before it finds the source
+        again. Instead look for the last one or two tokens just around ``anchor`` and
+        copy what follows: 2-token matches first, then 1, the nearest to ``anchor`` first.
+
+        Worked example: tokens ``[10, 11, 12, 13, 14, 15, 90, 12, 13]``, where a copy of
+        ``10 11 12 ...`` broke at index 2 and the reply has since written ``12 13``:
+        ``resync(anchor=2, max_tokens=3)`` finds ``12 13`` at indexes 2..3 and proposes
+        ``(14, 15, 90)`` starting at index 4.
+        """
+        toks = self._tokens
+        n = len(toks)
+        if max_tokens <= 0 or anchor < 0 or n < 2:
+            return None
+        lo, hi = max(1, anchor - back), min(n - 2, anchor + ahead)  # an end below n - 1 is earlier text
+        for k in (2, 1):
+            tail = toks[n - k : n]
+            best = -1
+            for end in range(lo, hi + 1):
+                if end >= k and toks[end - k : end] == tail and (best < 0 or abs(end - anchor) < abs(best - anchor)):
+                    best = end
+            if best >= 0:
+                return Window(self.source, tuple(toks[best : min(best + max_tokens, n)]), k, best)
+        return None
 
 
 class _Doc:

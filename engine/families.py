@@ -23,7 +23,7 @@ class Family:
     min_match: Mapping[str, int] = field(
         default_factory=lambda: MappingProxyType({"context": 4, "recall": 8})
     )
-    max_window: int = 16  # longest window proposed in one round
+    max_window: int = 32  # longest window proposed in one round (the allocator decides how much to verify)
 
 
 DEFAULT = Family(name="default")

@@ -139,11 +139,11 @@ def load_gguf(path: Path, *, quantized: bool) -> tuple[nn.Module, dict[str, Any]
             if bits not in (2, 3, 4, 5, 6, 8):
                 raise ModelLoadError(f"{path}: unsupported quantisation ({bits}-bit in {base})")
             quant[base] = {"group_size": group_size, "bits": bits}
+    floats = (mx.float16, mx.bfloat16, mx.float32)
     for name, value in renamed.items():
-        if value.dtype == mx.uint32 and name[: -len(".weight")] not in quant:
-            raise ModelLoadError(f"{path}: unsupported quantisation for '{name}' (no scales)")
-    if not quant and any(v.dtype not in (mx.float16, mx.bfloat16, mx.float32) for v in renamed.values()):
-        raise ModelLoadError(f"{path}: unsupported tensor types")
+        base = name.rsplit(".", 1)[0]
+        if value.dtype not in floats and not (value.dtype == mx.uint32 and base in quant):
+            raise ModelLoadError(f"{path}: unsupported quantisation ({value.dtype} tensor '{name}')")
 
     model = llama.Model(args)
     if quant:

@@ -180,7 +180,10 @@ class Scheduler:
         try:
             end = min(job.done + PREFILL_CHUNK, len(s.prompt) - 1)
             if end > job.done:
-                self.model(mx.array(s.prompt[job.done : end])[None], cache=job.caches)
+                # The transformer body only: prefill needs keys and values, not logits, and the
+                # vocabulary projection is a fifth of this model's compute.
+                body = getattr(self.model, "model", self.model)
+                body(mx.array(s.prompt[job.done : end])[None], cache=job.caches)
                 mx.eval([c.keys for c in job.caches])
                 job.done = end
             if job.done < len(s.prompt) - 1:
@@ -261,8 +264,8 @@ class Scheduler:
                 self.lanes.advance(i, accepted + 1)
                 w = plan.windows[i]
                 source = w.source if (w is not None and d) else None
-                if source is not None:
-                    s.record_window(source, len(d), accepted)
+                if w is not None and source is not None:
+                    s.record_window(w, len(d), accepted)
                     self.histogram[accepted] = self.histogram.get(accepted, 0) + 1
                 origins: list[Origin] = [source] * accepted if source else []  # type: ignore[list-item]
                 tokens, origins, text = s.accept([*d[:accepted], nxt], [*origins, "model"])

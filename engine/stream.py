@@ -41,6 +41,7 @@ class Stream:
     cancelled: bool = False
     rng: np.random.Generator | None = None
     _detok_from: int = 0  # output tokens not yet turned into committed text
+    anchor: int = -1  # where the last context copy stood in the stream's tokens, for resync
 
     @classmethod
     def start(cls, request: Request, prompt: list[int], family: Family, tokenizer: TokenizerWrapper) -> Stream:
@@ -80,6 +81,8 @@ class Stream:
             return None
         limit = min(self.family.max_window, self.remaining - 1)
         best = self.context.propose(limit)
+        if best is None and self.anchor >= 0:
+            best = self.context.resync(self.anchor, limit)
         if recall is not None and self.request.recall and len(recall):
             other = recall.propose(self.tail(recall.max_match), limit, exclude=exclude)
             if other is not None and (best is None or other.match_len > best.match_len):
@@ -90,7 +93,10 @@ class Stream:
         return self.rates.rate(source) if self.own_rates else self.family.copy_rate
 
     # -- after verification -------------------------------------------------
-    def record_window(self, source: str, granted: int, accepted: int) -> None:
+    def record_window(self, window: Window, granted: int, accepted: int) -> None:
+        source = window.source
+        if source == "context":
+            self.anchor = window.start + accepted
         tested = granted if accepted == granted else accepted + 1
         counts = self.rows[source]
         counts.tested += tested

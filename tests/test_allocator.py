@@ -79,8 +79,17 @@ def test_zero_rows_when_copying_cannot_pay(n_streams: int) -> None:
 
 
 def test_single_cpu_stream_pays_for_cheap_rows() -> None:
-    # W=1 -> 2 costs 64 -> 69.3 ms on one stream, so even r=0.1 earns one row: 1.1/69.3 > 1/64.
-    assert allocate([Offer(0, 0.1, 16)], 1, CPU.cost, 0.0).rows == (1,)
+    # W=1 -> 2 costs 64 -> 69.3 ms on one stream, so even r=0.35 earns one row: 1.35/69.3 > 1/64.
+    assert allocate([Offer(0, 0.35, 16)], 1, CPU.cost, 0.0).rows == (1,)
+
+
+def test_rows_below_min_value_are_never_verified_even_when_free() -> None:
+    # Stream 0 widens the pass to 17; stream 1's rows at 0.2 would cost nothing more, yet stay out.
+    a = allocate([Offer(0, 0.99, 16), Offer(1, 0.2, 16)], 2, GPU.cost, 0.0)
+    assert a.rows == (16, 0)
+    # Rows of a 0.6 window stop where 0.6**j falls under MIN_ROW_VALUE (j = 3).
+    assert allocate([Offer(0, 0.6, 16)], 1, GPU.cost, 0.0).rows == (2,)
+    assert 0.6**2 >= engine.allocator.MIN_ROW_VALUE > 0.6**3
 
 
 def test_flat_gpu_costs_grant_all_rows() -> None:
@@ -112,12 +121,12 @@ def _step_cost(b: int, w: int) -> float:
 
 
 def test_ties_go_to_the_lowest_stream() -> None:
-    # 0.5**2 == 0.25 exactly: stream 0's row 2 ties with stream 1's row 1. W=3 is ruinous, so the
+    # 0.75**2 == 0.5625 exactly: stream 0's row 2 ties with stream 1's row 1. W=3 is ruinous, so the
     # tie decides: the lowest stream's row comes first and the prefix stops before it.
-    a = allocate([Offer(0, 0.5, 4), Offer(1, 0.25, 4)], 2, _step_cost, 0.0)
+    a = allocate([Offer(0, 0.75, 4), Offer(1, 0.5625, 4)], 2, _step_cost, 0.0)
     assert a.rows == (1, 0)
-    # Swap the streams: now the 0.25 row belongs to stream 0 and comes before the W=3 row.
-    b = allocate([Offer(0, 0.25, 4), Offer(1, 0.5, 4)], 2, _step_cost, 0.0)
+    # Swap the streams: now the 0.5625 row belongs to stream 0 and comes before the W=3 row.
+    b = allocate([Offer(0, 0.5625, 4), Offer(1, 0.75, 4)], 2, _step_cost, 0.0)
     assert b.rows == (1, 1)
     # Equal rates and a budget of one width step: both streams fill that width.
     c = allocate([Offer(0, 0.9, 4), Offer(1, 0.9, 4)], 2, _step_cost, 0.0)
@@ -160,12 +169,15 @@ def test_bad_input() -> None:
 
 
 def greedy_order(offers: list[Offer], max_width: int) -> list[tuple[int, float, int]]:
-    """Reference greedy order: all candidate rows sorted by (value desc, stream, j)."""
+    """Reference greedy order: candidate rows (worth at least MIN_ROW_VALUE) by (value desc, stream, j)."""
     rows = []
     for o in offers:
         r = min(1.0, max(0.0, o.rate))
-        if r > 0:
-            rows += [(-(r**j), o.stream, j) for j in range(1, min(o.max_rows, max_width - 1) + 1)]
+        rows += [
+            (-(r**j), o.stream, j)
+            for j in range(1, min(o.max_rows, max_width - 1) + 1)
+            if r**j >= engine.allocator.MIN_ROW_VALUE
+        ]
     return [(s, -neg, j) for neg, s, j in sorted(rows)]
 
 

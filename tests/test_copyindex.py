@@ -317,3 +317,46 @@ def test_recall_matches_reference(
             assert index.propose(tokens, max_tokens, exclude=key) == ref.propose(tokens, max_tokens, key)
         assert len(index) == sum(len(d) for d in ref.docs.values())
         assert sorted(index.doc_ids()) == sorted(ref.docs)
+
+
+def test_context_windows_know_where_they_start() -> None:
+    idx = ContextIndex(min_match=3)
+    idx.extend([5, 6, 7, 8, 9, 5, 6, 7])
+    w = idx.propose(10)
+    assert w is not None and w.start == 3
+
+
+def test_resync_worked_example() -> None:
+    idx = ContextIndex(min_match=3)
+    idx.extend([10, 11, 12, 13, 14, 15, 90, 12, 13])
+    w = idx.resync(anchor=2, max_tokens=3)
+    assert w == Window("context", (14, 15, 90), 2) and w.start == 4
+
+
+def test_resync_after_a_renamed_token() -> None:
+    # Source "a cnt = 0 ;" copied as "a count = ..." : after the model's "count" and " =",
+    # the one-token match " =" right after the anchor resumes the copy.
+    a, cnt, count, eq, zero, semi = 1, 2, 3, 4, 5, 6
+    idx = ContextIndex(min_match=4)
+    idx.extend([a, cnt, eq, zero, semi, 99, a, count, eq])
+    assert idx.propose(5) is None  # the suffix match is too short
+    w = idx.resync(anchor=1, max_tokens=2)
+    assert w is not None and w.tokens == (zero, semi) and w.match_len == 1
+
+
+def test_resync_prefers_two_token_matches_and_the_nearest() -> None:
+    idx = ContextIndex(min_match=4)
+    #        0  1  2  3  4  5  6  7  8  9 10
+    idx.extend([7, 1, 8, 1, 2, 9, 1, 2, 3, 0, 1])
+    # Trailing "1": nearest to anchor 6 among ends {2, 4, 7} is 7.
+    assert idx.resync(anchor=6, max_tokens=1).start == 7
+    idx.extend([2])
+    # Trailing "1 2": ends 5 and 8 match two tokens; 5 is nearer to anchor 4.
+    w = idx.resync(anchor=4, max_tokens=2)
+    assert w is not None and w.match_len == 2 and w.start == 5 and w.tokens == (9, 1)
+
+
+def test_resync_stays_near_the_anchor() -> None:
+    idx = ContextIndex(min_match=4)
+    idx.extend([3, 4] + [0] * 60 + [3])
+    assert idx.resync(anchor=50, max_tokens=3) is None

