@@ -44,6 +44,9 @@ def main(argv: list[str] | None = None) -> int:
     except LanesError as exc:
         print(f"lanes: {exc}", file=sys.stderr)
         return 2
+    finally:
+        if "mlx.core" in sys.modules:  # MLX wants every thread that used it to drop its streams
+            sys.modules["mlx.core"].clear_streams()
 
 
 def _bench(args: argparse.Namespace) -> int:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import queue
 import threading
@@ -21,6 +22,8 @@ from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
+
+import mlx.core as mx
 
 from engine.errors import LanesError
 from engine.events import Event, Failed, Finished, Request
@@ -195,6 +198,13 @@ class Engine:
 
     def _run(self, model: str | None) -> None:
         try:
+            self._load(model)
+            self._loop()
+        finally:
+            self._shutdown()
+
+    def _load(self, model: str | None) -> None:
+        try:
             loaded = self._loader(model)
             self._scheduler = Scheduler(loaded, self._emit)
             if self._calibrate:
@@ -206,10 +216,6 @@ class Engine:
             )
         except BaseException as exc:
             self.loaded.set_exception(exc)
-        try:
-            self._loop()
-        finally:
-            self._shutdown()
 
     def _loop(self) -> None:
         while True:
@@ -261,6 +267,10 @@ class Engine:
         for handle in list(self._handles.values()):
             handle._put(Failed(handle.id, "the engine stopped", "EngineStopped"))
         self._handles.clear()
-        import mlx.core as mx
-
+        # MLX asks each thread to destroy its own streams before it ends; streams left for
+        # interpreter exit abort the process ("terminate called without an active exception").
+        del sched
+        gc.collect()
+        mx.synchronize()
         mx.clear_cache()
+        mx.clear_streams()

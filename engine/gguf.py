@@ -59,7 +59,7 @@ def _scalar(meta: dict[str, Any], key: str, path: Path) -> Any:
     if key not in meta:
         raise ModelLoadError(f"{path}: GGUF metadata lacks '{key}'")
     value = meta[key]
-    return value.item() if isinstance(value, mx.array) else value
+    return value
 
 
 def _rename(name: str) -> str:
@@ -98,7 +98,7 @@ def model_args(meta: dict[str, Any], path: Path) -> llama.ModelArgs:
         rms_norm_eps=float(_scalar(meta, "llama.attention.layer_norm_rms_epsilon", path)),
         vocab_size=len(meta["tokenizer.ggml.tokens"]),
         max_position_embeddings=int(_scalar(meta, "llama.context_length", path)),
-        rope_theta=float(meta.get("llama.rope.freq_base", mx.array(10000.0)).item()),
+        rope_theta=float(meta.get("llama.rope.freq_base", 10000.0)),
         # GGUF permutes Q and K for interleaved rotary embeddings.
         rope_traditional=True,
         tie_word_embeddings="output.weight" not in meta.get("_tensor_names", ()),
@@ -117,7 +117,9 @@ def load_gguf(path: Path, *, quantized: bool) -> tuple[nn.Module, dict[str, Any]
         weights, meta = mx.load(str(path), return_metadata=True)
     except Exception as exc:  # MLX raises plain runtime errors for bad files
         raise ModelLoadError(f"{path}: cannot read as GGUF ({exc})") from exc
-    meta = dict(meta)
+    # Plain Python values from here on: metadata arrays kept alive past the loading thread
+    # abort the process at exit.
+    meta = {k: v.tolist() if isinstance(v, mx.array) else v for k, v in meta.items()}
     meta["_tensor_names"] = {k.rsplit(".", 1)[0] + ".weight" for k in weights}
     args = model_args(meta, path)
 
@@ -185,11 +187,11 @@ def gguf_tokenizer(meta: dict[str, Any]) -> TokenizerWrapper:
     )
     tok.decoder = decoders.ByteLevel()
     types = meta.get("tokenizer.ggml.token_type")
-    specials = [tokens[i] for i, t in enumerate(types.tolist()) if t == 3] if types is not None else []
+    specials = [tokens[i] for i, t in enumerate(types) if t == 3] if types is not None else []
     tok.add_special_tokens(specials)
 
-    bos = tokens[int(meta["tokenizer.ggml.bos_token_id"].item())]
-    eos = tokens[int(meta["tokenizer.ggml.eos_token_id"].item())]
+    bos = tokens[int(meta["tokenizer.ggml.bos_token_id"])]
+    eos = tokens[int(meta["tokenizer.ggml.eos_token_id"])]
     fast = PreTrainedTokenizerFast(
         tokenizer_object=tok,
         bos_token=bos,

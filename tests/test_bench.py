@@ -1,0 +1,60 @@
+"""``lanes bench`` end to end on the real model, as a user runs it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from engine.errors import LanesError
+from engine.workload import load_workload
+from tests import prompts
+
+pytestmark = pytest.mark.model
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def lanes(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "engine.cli", *args], cwd=ROOT, capture_output=True,
+                          text=True, timeout=900)
+
+
+def test_bench_runs_every_cell_and_reports_token_equality(tmp_path: Path) -> None:
+    workload = tmp_path / "w.jsonl"
+    lines = [
+        {"id": "copy", "messages": [{"role": "user", "content": prompts.COPY}], "max_tokens": 32},
+        {"id": "open", "messages": [{"role": "user", "content": "Name a fruit."}], "max_tokens": 12},
+    ]
+    workload.write_text("\n".join(json.dumps(line) for line in lines))
+    out = tmp_path / "r.json"
+    res = lanes("bench", "--workload", str(workload), "--rounds", "2", "--json", str(out))
+    assert res.returncode == 0, res.stderr
+    assert "| mlx-lm-batch |" in res.stdout and "| on |" in res.stdout
+    data = json.loads(out.read_text())
+    assert set(data["cells"]) == {"mlx-lm", "mlx-lm-batch", "plain", "off", "on"}
+    assert data["model"] == "SmolLM2-135M-Instruct" and data["machine"]["cores"] >= 1
+    for name, cell in data["cells"].items():
+        assert len(cell["rounds"]) == 2 and cell["median_tok_s"] > 0
+        for rnd in cell["rounds"]:
+            assert [s["id"] for s in rnd["streams"]] == ["copy", "open"]
+            assert all(s["equal"] for s in rnd["streams"]), (name, rnd["streams"])
+    assert data["cells"]["off"]["rows"]["context"]["tested"] > 0
+    assert 0 <= data["cells"]["on"]["host_fraction"] < 1
+
+
+def test_bad_workload_names_file_and_line(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"id": "a", "messages": [{"role": "user", "content": "hi"}]}\n{"id": "b"}\n')
+    with pytest.raises(LanesError, match=r"bad\.jsonl:2"):
+        load_workload(bad)
+    res = lanes("bench", "--workload", str(bad))
+    assert res.returncode == 2 and "bad.jsonl:2" in res.stderr
+
+
+def test_unknown_cell_is_refused(tmp_path: Path) -> None:
+    res = lanes("bench", "--workload", str(tmp_path / "missing.jsonl"), "--cells", "plain,turbo")
+    assert res.returncode == 2 and "turbo" in res.stderr
