@@ -133,3 +133,15 @@ def test_close_joins_thread_and_fails_pending(loaded) -> None:
     eng.close()
     assert not eng._thread.is_alive()
     assert isinstance(handle.result, Finished | Failed)
+
+
+def test_recall_copies_from_another_conversation(engine, reference, chat_prompt) -> None:
+    """A question answered in another conversation is answered again by copying that reply
+    through Recall; the tokens stay exactly mlx-lm's."""
+    ref = reference(chat_prompt(prompts.OPEN), 64)
+    engine.add_recall("other-conversation", ref)
+    done = engine.submit(ask(prompts.OPEN, max_tokens=64, conversation="this-one")).wait()
+    assert isinstance(done, Finished)
+    assert list(done.tokens) == ref
+    assert done.stats.rows["recall"].accepted > 10
+    assert "recall" in done.origins
