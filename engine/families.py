@@ -30,7 +30,8 @@ DEFAULT = Family(name="default")
 
 # Keyed by a lower-case substring of the model's name, checked in order.
 _REGISTRY: tuple[tuple[str, Family], ...] = (
-    ("smollm2", Family(name="smollm2")),
+    # own_copy_rates on: measured A/B in docs/benchmarks.md (faster than off on every workload, CPU and GPU).
+    ("smollm2", Family(name="smollm2", own_copy_rates=True)),
     ("qwen", Family(name="qwen")),
     ("llama", Family(name="llama")),
 )
