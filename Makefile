@@ -94,20 +94,15 @@ test: setup lint
 
 bench: setup
 	@mkdir -p out
-	@set -e; for w in $(WORKLOADS); do \
+	@set -eo pipefail; for w in $(WORKLOADS); do \
 	  echo "== $$w"; \
 	  $(WITH_BLAS) $(VENV)/bin/lanes bench --workload resources/workloads/$$w.jsonl --rounds 4 \
 	    --json out/bench-$$w.json | tee out/bench-$$w.md; \
 	done
 
 # Requests nobody tuned on: check that results hold up (see resources/README.md).
-bench-heldout: setup
-	@mkdir -p out
-	@set -e; for w in $(HELDOUT); do \
-	  echo "== $$w"; \
-	  $(WITH_BLAS) $(VENV)/bin/lanes bench --workload resources/workloads/$$w.jsonl --rounds 4 \
-	    --json out/bench-$$w.json | tee out/bench-$$w.md; \
-	done
+bench-heldout:
+	@$(MAKE) --no-print-directory bench WORKLOADS="$(HELDOUT)"
 
 clean:
 	rm -rf out build dist *.egg-info .pytest_cache .ruff_cache .hypothesis

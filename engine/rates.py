@@ -54,8 +54,8 @@ PRIOR_ROWS = 4.0
 #  - fast enough: three broken windows in a row give 0.64 -> 0.56, below break-even, so a stream whose
 #    text stopped being copyable stops paying within ~3 of its windows; after 10 it sits at 0.36.
 # Note the fixed prior puts a floor under the rate: with only 1-row failures it tends to
-# 3.76 / (4 + 10) = 0.27, so on a single CPU stream (where a row pays at r > ~0.08) a broken source
-# keeps one cheap draft row; a slower decay lowers that floor but reacts more slowly.
+# 3.76 / (4 + 10) = 0.27, below the allocator's MIN_ROW_VALUE (0.3), so a broken source gets no
+# rows even where a row would be nearly free (a single CPU stream, or a GPU).
 DEFAULT_DECAY = 0.9
 
 

@@ -145,3 +145,12 @@ def test_recall_copies_from_another_conversation(engine, reference, chat_prompt)
     assert list(done.tokens) == ref
     assert done.stats.rows["recall"].accepted > 10
     assert "recall" in done.origins
+
+
+def test_cancel_before_the_first_token(engine, reference, chat_prompt) -> None:
+    handle = engine.submit(ask(prompts.CODE * 8, max_tokens=50))
+    handle.cancel()  # most likely still prefilling
+    done = handle.wait()
+    assert isinstance(done, Finished) and done.reason == "cancelled"
+    again = engine.submit(ask(prompts.FRANCE, max_tokens=20)).wait()
+    assert isinstance(again, Finished) and list(again.tokens) == reference(chat_prompt(prompts.FRANCE), 20)

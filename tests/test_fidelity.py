@@ -108,3 +108,33 @@ def test_copy_drafts_land_and_match(loaded, reference, chat_prompt) -> None:
     # Rows accepted past a stop (eos, max tokens) are verified but never emitted.
     copied = [o for r in reqs for o in done[r.id].origins if o == "context"]
     assert 10 < len(copied) <= accepted
+
+
+def test_long_prompt_prefills_in_chunks_between_rounds(loaded, reference, chat_prompt) -> None:
+    """A stream joining with a long prompt stalls the running ones by at most one chunk a round."""
+    from engine.events import RoundStats
+    from engine.scheduler import PREFILL_CHUNK
+
+    events: list[Event] = []
+    sched = Scheduler(loaded, events.append)
+    running = Request(prompt_tokens=tuple(chat_prompt(prompts.OPEN)), max_tokens=40)
+    sched.submit(running)
+    sched.step()  # prefill
+    long_text = prompts.CODE * 12
+    joining = Request(prompt_tokens=tuple(chat_prompt(long_text)), max_tokens=8)
+    chunks = -(-(len(joining.prompt_tokens or ()) - 1) // PREFILL_CHUNK)
+    assert chunks >= 2
+    sched.submit(joining)
+    rounds_while_joining = 0
+    while not any(s.id == joining.id for s in sched.active):
+        before = sum(1 for e in events if isinstance(e, RoundStats) and e.request_id == running.id)
+        sched.step()
+        after = sum(1 for e in events if isinstance(e, RoundStats) and e.request_id == running.id)
+        assert after - before == 1  # every step still ran one round for the running stream
+        rounds_while_joining += 1
+    assert rounds_while_joining == chunks
+    while sched.busy:
+        sched.step()
+    done = {e.request_id: e for e in events if isinstance(e, Finished)}
+    assert list(done[running.id].tokens) == reference(list(running.prompt_tokens or ()), 40)
+    assert list(done[joining.id].tokens) == reference(list(joining.prompt_tokens or ()), 8)
