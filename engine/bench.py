@@ -38,6 +38,7 @@ class CellRun:
     forward_s: float = 0.0
     host_s: float = 0.0
     rounds: int = 0
+    histogram: dict[int, int] = field(default_factory=dict)  # drafts accepted per window -> windows
 
     @property
     def generated(self) -> int:
@@ -97,6 +98,7 @@ def run_lanes(
         sched.step()
     run.seconds = time.perf_counter() - t0
     run.forward_s, run.host_s, run.rounds = sched.forward_s, sched.host_s, sched.round
+    run.histogram = dict(sorted(sched.histogram.items()))
     for it in items:
         f = finished[it.id]
         run.tokens[it.id] = list(f.tokens)
@@ -212,6 +214,7 @@ def _summarise(
             rounds_json.append({
                 "tok_s": run.tok_s, "seconds": run.seconds, "tokens": run.generated, "streams": streams,
                 "forward_s": run.forward_s, "host_s": run.host_s, "engine_rounds": run.rounds,
+                "accepted_per_window": run.histogram,
             })
             for src, c in run.rows.items():
                 agg = rows.setdefault(src, {"tested": 0, "accepted": 0})

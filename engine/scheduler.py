@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 
 import mlx.core as mx
 import numpy as np
@@ -47,7 +47,6 @@ class RoundPlan:
     streams: list[Stream]
     windows: list[Window | None]
     rows: list[int]
-    probes: list[bool] = field(default_factory=list)
 
 
 class Scheduler:
@@ -74,7 +73,7 @@ class Scheduler:
         self.round = 0
         self.forward_s = 0.0  # summed over rounds: forward passes
         self.host_s = 0.0  # summed over rounds: everything else in a round
-        self.histogram: dict[int, int] = {}  # accepted drafts per window -> count (gpt-fast style)
+        self.histogram: dict[int, int] = {}  # drafts accepted per verified window -> windows
 
     # -- requests ------------------------------------------------------------
     def prompt_tokens(self, request: Request) -> list[int]:
@@ -102,8 +101,6 @@ class Scheduler:
         prompt = self.prompt_tokens(request)
         room = self.loaded.context_length - len(prompt)
         if request.max_tokens > room:
-            from dataclasses import replace
-
             request = replace(request, max_tokens=room)
         stream = Stream.start(request, prompt, self.loaded.family, self.tokenizer)
         caches: list[KVCache] | None = None
@@ -199,22 +196,19 @@ class Scheduler:
     def _plan(self) -> RoundPlan:
         windows: list[Window | None] = []
         offers: list[Offer] = []
-        probes: list[bool] = []
         for i, s in enumerate(self.active):
             s.rates.tick()
             w = s.propose(self.recall, s.request.conversation or s.id)
             windows.append(w)
-            probe = False
             if w is not None:
                 probe = s.own_rates and s.rates.probe_due(w.source)
                 offers.append(Offer(stream=i, rate=s.price(w.source), max_rows=len(w.tokens), probe=probe))
-            probes.append(probe)
         if offers:
             alloc = allocate(offers, len(self.active), self.costs.cost, self.costs.overhead)
             rows = list(alloc.rows)
         else:
             rows = [0] * len(self.active)
-        return RoundPlan(list(self.active), windows, rows, probes)
+        return RoundPlan(list(self.active), windows, rows)
 
     def _round(self) -> None:
         t_start = time.perf_counter()
