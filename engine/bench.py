@@ -103,8 +103,9 @@ def run_lanes(
         f = finished[it.id]
         run.tokens[it.id] = list(f.tokens)
         for src, c in f.stats.rows.items():
-            agg = run.rows.setdefault(src, {"tested": 0, "accepted": 0})
+            agg = run.rows.setdefault(src, {"tested": 0, "accepted": 0, "granted": 0})
             agg["tested"] += c.tested
+            agg["granted"] += c.granted
             agg["accepted"] += c.accepted
     return run
 
@@ -217,8 +218,9 @@ def _summarise(
                 "accepted_per_window": run.histogram,
             })
             for src, c in run.rows.items():
-                agg = rows.setdefault(src, {"tested": 0, "accepted": 0})
+                agg = rows.setdefault(src, {"tested": 0, "accepted": 0, "granted": 0})
                 agg["tested"] += c["tested"]
+                agg["granted"] += c["granted"]
                 agg["accepted"] += c["accepted"]
         speeds = [r["tok_s"] for r in rounds_json]
         host = sum(r.host_s for r in runs)
@@ -239,7 +241,7 @@ def markdown(result: dict[str, Any]) -> str:
     cells = result["cells"]
     n_rounds = max(len(c["rounds"]) for c in cells.values())
     head = ["cell", *[f"round {i + 1}" for i in range(n_rounds)], "median tok/s", "spread",
-            "token-equal", "context rows (acc/tested)", "recall rows (acc/tested)", "host %"]
+            "token-equal", "context rows acc/tested/granted", "recall rows acc/tested/granted", "host %"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     n = result["streams"]
     for name, c in cells.items():
@@ -247,7 +249,9 @@ def markdown(result: dict[str, Any]) -> str:
 
         def rowtxt(src: str, rows: dict[str, dict[str, int]] = rows) -> str:
             r = rows.get(src)
-            return f"{r['accepted']}/{r['tested']}" if r else "-"
+            if not r:
+                return "-"
+            return f"{r['accepted']}/{r['tested']}" + (f"/{r['granted']}" if "granted" in r else "")
 
         host = c["host_fraction"]
         lines.append("| " + " | ".join([

@@ -89,6 +89,7 @@ class RoundStats:
 class SourceCounts:
     tested: int = 0
     accepted: int = 0
+    granted: int = 0  # rows in the forward pass, rows past the first rejection included
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ from engine.rates import CopyRates
 class Counts:
     tested: int = 0
     accepted: int = 0
+    granted: int = 0
 
 
 @dataclass
@@ -100,6 +101,7 @@ class Stream:
         tested = granted if accepted == granted else accepted + 1
         counts = self.rows[source]
         counts.tested += tested
+        counts.granted += granted
         counts.accepted += accepted
         self.rates.record(source, tested, accepted)
 
@@ -151,4 +153,4 @@ class Stream:
         return min(hits) if hits else None
 
     def source_counts(self) -> dict[str, SourceCounts]:
-        return {k: SourceCounts(v.tested, v.accepted) for k, v in self.rows.items()}
+        return {k: SourceCounts(v.tested, v.accepted, v.granted) for k, v in self.rows.items()}
