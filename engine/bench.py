@@ -103,11 +103,15 @@ def run_lanes(
         f = finished[it.id]
         run.tokens[it.id] = list(f.tokens)
         for src, c in f.stats.rows.items():
-            agg = run.rows.setdefault(src, {"tested": 0, "accepted": 0, "granted": 0})
-            agg["tested"] += c.tested
-            agg["granted"] += c.granted
-            agg["accepted"] += c.accepted
+            add_rows(run.rows, src, {"tested": c.tested, "accepted": c.accepted, "granted": c.granted})
     return run
+
+
+def add_rows(totals: dict[str, dict[str, int]], source: str, counts: dict[str, int]) -> None:
+    """Add one stream's (or run's) row counts for ``source`` into ``totals``."""
+    agg = totals.setdefault(source, {"tested": 0, "accepted": 0, "granted": 0})
+    for key in agg:
+        agg[key] += counts[key]
 
 
 def top2_margin(loaded: LoadedModel, prompt: list[int], ref: list[int], pos: int) -> float:
@@ -218,10 +222,7 @@ def _summarise(
                 "accepted_per_window": run.histogram,
             })
             for src, c in run.rows.items():
-                agg = rows.setdefault(src, {"tested": 0, "accepted": 0, "granted": 0})
-                agg["tested"] += c["tested"]
-                agg["granted"] += c["granted"]
-                agg["accepted"] += c["accepted"]
+                add_rows(rows, src, c)
         speeds = [r["tok_s"] for r in rounds_json]
         host = sum(r.host_s for r in runs)
         total = sum(r.host_s + r.forward_s for r in runs)

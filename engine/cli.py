@@ -70,7 +70,7 @@ def _bench(args: argparse.Namespace) -> int:
     print(markdown(result))
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(result, indent=1))
+        args.json.write_text(json.dumps(result, separators=(",", ":")) + "\n")
     return 0
 
 

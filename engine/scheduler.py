@@ -256,12 +256,13 @@ class Scheduler:
                 else:
                     accepted, nxt = verify_greedy(choice_rows[i][: len(d) + 1], d)
                 self.lanes.advance(i, accepted + 1)
-                w = plan.windows[i]
-                source = w.source if (w is not None and d) else None
-                if w is not None and source is not None:
-                    s.record_window(w, len(d), accepted)
+                window = plan.windows[i] if d else None  # a window granted no rows was not verified
+                origins: list[Origin] = []
+                if window is not None:
+                    s.record_window(window, len(d), accepted)
                     self.histogram[accepted] = self.histogram.get(accepted, 0) + 1
-                origins: list[Origin] = [source] * accepted if source else []  # type: ignore[list-item]
+                    origins = [window.source] * accepted  # type: ignore[list-item]
+                source = window.source if window is not None else None
                 tokens, origins, text = s.accept([*d[:accepted], nxt], [*origins, "model"])
                 s.rounds += 1
                 if tokens or text:
