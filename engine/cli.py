@@ -1,4 +1,8 @@
-"""``lanes``: the command line (``lanes bench``, ``lanes chat``)."""
+"""``lanes``: the command line.
+
+``ask``/``chat`` talk to the model and save to the store; ``list``/``search``/``export``/``import``/
+``move-aside`` work on the store alone; ``bench``/``bench-store`` measure.
+"""
 
 from __future__ import annotations
 
@@ -23,13 +27,51 @@ def main(argv: list[str] | None = None) -> int:
     bench.add_argument("--model", default=None, help="model (default: the embedded SmolLM2-135M)")
     bench.add_argument("--json", type=Path, default=None, help="write full results here")
 
-    chat = sub.add_parser("chat", help="chat in the terminal")
-    chat.add_argument("--model", default=None)
-    chat.add_argument("--max-tokens", type=int, default=512)
-    chat.add_argument("--temperature", type=float, default=0.0)
-    chat.add_argument("--top-p", type=float, default=1.0)
-    chat.add_argument("--own-copy-rates", choices=("on", "off", "family"), default="family")
-    chat.add_argument("--system", default=None, help="system prompt")
+    data = argparse.ArgumentParser(add_help=False)
+    data.add_argument("--data-dir", default=None, help="folder of the database (default: $LANES_DATA_DIR, "
+                      "else the platform's application data folder)")
+    reply = argparse.ArgumentParser(add_help=False)
+    reply.add_argument("--model", default=None, help="model (default: the embedded SmolLM2-135M)")
+    reply.add_argument("--max-tokens", type=int, default=512)
+    reply.add_argument("--temperature", type=float, default=0.0)
+    reply.add_argument("--top-p", type=float, default=1.0)
+    reply.add_argument("--own-copy-rates", choices=("on", "off", "family"), default="family")
+
+    chat = sub.add_parser("chat", parents=[data, reply], help="chat in the terminal (saved to the store)")
+    chat.add_argument("--system", default=None, help="system prompt of a new conversation")
+    chat.add_argument("--conversation", type=int, default=None, help="continue this conversation")
+
+    ask = sub.add_parser("ask", parents=[data, reply], help="send one message, stream the reply, save both")
+    ask.add_argument("message")
+    which = ask.add_mutually_exclusive_group()
+    which.add_argument("--conversation", type=int, default=None, help="continue this conversation")
+    which.add_argument("--new", action="store_true", help="start a new conversation "
+                       "(default: continue the most recently updated one)")
+    ask.add_argument("--system", default=None, help="system prompt, for a new conversation")
+
+    lst = sub.add_parser("list", parents=[data], help="list conversations, newest first")
+    lst.add_argument("--limit", type=int, default=50)
+    search = sub.add_parser("search", parents=[data], help="full-text search over every message")
+    search.add_argument("text")
+    search.add_argument("--limit", type=int, default=50)
+
+    export = sub.add_parser("export", parents=[data], help="write a conversation as Markdown, JSON or HTML")
+    export.add_argument("conversation", nargs="?", type=int, help="conversation id (see `lanes list`)")
+    export.add_argument("--all", action="store_true", help="every conversation, one file each, into -o DIR")
+    export.add_argument("--format", choices=("md", "json", "html"), required=True)
+    export.add_argument("-o", "--output", type=Path, required=True, help="file (or folder with --all)")
+    export.add_argument("--force", action="store_true", help="overwrite existing files")
+    imp = sub.add_parser("import", parents=[data], help="add conversations from exported JSON files")
+    imp.add_argument("files", nargs="+", type=Path)
+
+    sub.add_parser("move-aside", parents=[data], help="rename an unusable database so Lanes starts fresh")
+
+    bstore = sub.add_parser("bench-store", help="time the store at scale (synthetic data, temp folder)")
+    bstore.add_argument("--conversations", type=int, default=10_000)
+    bstore.add_argument("--messages", type=int, default=100_000)
+    bstore.add_argument("--recall-messages", type=int, default=10_000)
+    bstore.add_argument("--repeats", type=int, default=20)
+    bstore.add_argument("--json", type=Path, default=None, help="write results here")
 
     args = parser.parse_args(argv)
     from engine.errors import LanesError
@@ -37,10 +79,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "bench":
             return _bench(args)
-        from engine.chat import run_chat
+        from engine.store import commands
 
-        own = None if args.own_copy_rates == "family" else args.own_copy_rates == "on"
-        return run_chat(args.model, args.max_tokens, args.temperature, args.top_p, own, args.system)
+        return commands.run(args)
     except LanesError as exc:
         print(f"lanes: {exc}", file=sys.stderr)
         return 2

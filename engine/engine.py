@@ -18,7 +18,7 @@ import gc
 import logging
 import queue
 import threading
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
@@ -132,6 +132,17 @@ class Engine:
         """Feed text outside any stream to Recall (another conversation's message)."""
         toks = list(tokens)
         self._call(lambda: self._sched().recall.add(doc_id, toks))
+
+    def add_recall_many(self, docs: Mapping[str, Sequence[int]]) -> None:
+        """Feed many documents in one engine command (the store's Recall load at start)."""
+        items = [(d, list(t)) for d, t in docs.items()]
+
+        def add_all() -> None:
+            recall = self._sched().recall
+            for doc_id, tokens in items:
+                recall.add(doc_id, tokens)
+
+        self._call(add_all)
 
     def remove_recall(self, doc_id: str) -> None:
         self._call(lambda: self._sched().recall.remove(doc_id))

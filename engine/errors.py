@@ -11,3 +11,19 @@ class ModelLoadError(LanesError):
 
 class PromptTooLongError(LanesError):
     """A prompt plus its max tokens exceeds the model's context limit."""
+
+
+class StoreError(LanesError):
+    """The conversation store could not be opened or used (names the file)."""
+
+
+class NotLanesDatabaseError(StoreError):
+    """The database file exists but is not one Lanes made; it is left untouched."""
+
+
+class NewerSchemaError(StoreError):
+    """The database was made by a newer Lanes; it is left untouched."""
+
+
+class NotFoundError(LanesError):
+    """A conversation or message id that does not exist."""

@@ -54,3 +54,12 @@ def no_thread_leaks() -> Iterator[None]:
         t.join(timeout=10)
     leaked = [t.name for t in leaked if t.is_alive()]
     assert not leaked, f"threads leaked: {leaked}"
+
+
+@pytest.fixture(autouse=True)
+def isolated_data_dir(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch):
+    """Every test (and every child process it starts) gets its own data folder: never the user's."""
+    d = tmp_path_factory.mktemp("lanes-data")
+    monkeypatch.setenv("LANES_DATA_DIR", str(d))
+    monkeypatch.setenv("XDG_DATA_HOME", str(d / "xdg"))
+    return d

@@ -1,0 +1,395 @@
+"""``Store``: the repository over Lanes' database. One Store per thread at a time.
+
+Every write that must be all-or-nothing runs in one transaction (``db.atomic()``). Deleting a
+conversation removes its messages, copy history and comparisons by foreign-key cascade.
+
+Typical use::
+
+    store = Store.open()                       # --data-dir, $LANES_DATA_DIR or the platform folder
+    conv = store.create_conversation(model="SmolLM2-135M-Instruct")
+    store.add_message(conv.id, "user", "Fix the typos: ...")
+    store.save_copy_history(conv.id, {"context": {"accepted": 5.6, "tested": 7.3}})
+    store.copy_history(conv.id)                # the same mapping, in a later process too
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import sqlite_utils
+
+from engine.errors import NotFoundError
+from engine.store import paths
+from engine.store.db import open_database
+from engine.store.records import (
+    ROLES,
+    STATUSES,
+    Comparison,
+    ComparisonSide,
+    Conversation,
+    ConversationSummary,
+    Message,
+    dumps,
+    loads,
+    pack_origins,
+    pack_tokens,
+    unpack_origins,
+    unpack_tokens,
+)
+
+RECALL_SETTING = "recall_other_conversations"
+_UNSET: Any = object()
+
+
+def fts_query(text: str) -> str:
+    """A user's search words as an FTS5 query: every word must appear (as a prefix of a word).
+
+    ``'copy "rates'`` -> ``'"copy"* "rates"*'``: each word quoted so FTS5 syntax in the text is inert.
+    """
+    words = re.findall(r"\w+", text)
+    return " ".join('"' + w.replace('"', '""') + '"*' for w in words)
+
+
+def _conversation(row: Mapping[str, Any]) -> Conversation:
+    return Conversation(
+        id=row["id"], title=row["title"], model=row["model"], system_prompt=row["system_prompt"],
+        settings=loads(row["settings"]) or {}, recallable=bool(row["recallable"]),
+        created_at=row["created_at"], updated_at=row["updated_at"],
+    )
+
+
+def _message(row: Mapping[str, Any]) -> Message:
+    return Message(
+        id=row["id"], conversation_id=row["conversation_id"], role=row["role"], content=row["content"],
+        status=row["status"], error=row["error"], stats=loads(row["stats"]),
+        origins=unpack_origins(row["origins"]), tokens=unpack_tokens(row["tokens"]),
+        tokens_model=row["tokens_model"], created_at=row["created_at"], updated_at=row["updated_at"],
+    )
+
+
+class Store:
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self.db: sqlite_utils.Database = open_database(self.path)
+
+    @classmethod
+    def open(cls, data_dir: str | os.PathLike[str] | None = None) -> Store:
+        return cls(paths.database_path(data_dir))
+
+    def close(self) -> None:
+        self.db.close()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- conversations -------------------------------------------------------
+    def create_conversation(
+        self,
+        title: str = "",
+        model: str = "",
+        system_prompt: str = "",
+        settings: Mapping[str, Any] | None = None,
+        recallable: bool = True,
+        created_at: float | None = None,
+        updated_at: float | None = None,
+    ) -> Conversation:
+        now = time.time()
+        created = now if created_at is None else created_at
+        cur = self.db.execute(
+            "INSERT INTO conversations (title, model, system_prompt, settings, recallable, created_at, updated_at)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (title, model, system_prompt, dumps(dict(settings or {})), int(recallable), created,
+             created if updated_at is None else updated_at),
+        )
+        return self.conversation(int(cur.lastrowid or 0))
+
+    def conversation(self, conversation_id: int) -> Conversation:
+        rows = list(self.db.query("SELECT * FROM conversations WHERE id = ?", (conversation_id,)))
+        if not rows:
+            raise NotFoundError(f"no conversation {conversation_id} in {self.path}")
+        return _conversation(rows[0])
+
+    def latest_conversation(self) -> Conversation | None:
+        rows = list(self.db.query("SELECT * FROM conversations ORDER BY updated_at DESC, id DESC LIMIT 1"))
+        return _conversation(rows[0]) if rows else None
+
+    def list_conversations(self, limit: int = 50, offset: int = 0) -> list[ConversationSummary]:
+        """Newest first (by last update)."""
+        rows = self.db.query(
+            "SELECT c.id, c.title, c.model, c.updated_at,"
+            " (SELECT count(*) FROM messages m WHERE m.conversation_id = c.id) AS n"
+            " FROM conversations c ORDER BY c.updated_at DESC, c.id DESC LIMIT ? OFFSET ?",
+            (limit, offset),
+        )
+        return [ConversationSummary(r["id"], r["title"], r["model"], r["updated_at"], r["n"]) for r in rows]
+
+    def count_conversations(self) -> int:
+        return int(self.db.execute("SELECT count(*) FROM conversations").fetchone()[0])
+
+    def update_conversation(
+        self,
+        conversation_id: int,
+        *,
+        title: str = _UNSET,
+        model: str = _UNSET,
+        system_prompt: str = _UNSET,
+        settings: Mapping[str, Any] = _UNSET,
+        recallable: bool = _UNSET,
+    ) -> Conversation:
+        fields: dict[str, Any] = {"updated_at": time.time()}
+        for name, value in (("title", title), ("model", model), ("system_prompt", system_prompt)):
+            if value is not _UNSET:
+                fields[name] = value
+        if settings is not _UNSET:
+            fields["settings"] = dumps(dict(settings))
+        if recallable is not _UNSET:
+            fields["recallable"] = int(recallable)
+        sets = ", ".join(f"{k} = ?" for k in fields)
+        cur = self.db.execute(f"UPDATE conversations SET {sets} WHERE id = ?", (*fields.values(), conversation_id))
+        if cur.rowcount == 0:
+            raise NotFoundError(f"no conversation {conversation_id} in {self.path}")
+        return self.conversation(conversation_id)
+
+    def delete_conversation(self, conversation_id: int) -> None:
+        """Remove a conversation with its messages, copy history and comparisons, in one transaction."""
+        with self.db.atomic():
+            cur = self.db.execute("DELETE FROM conversations WHERE id = ?", (conversation_id,))
+            if cur.rowcount == 0:
+                raise NotFoundError(f"no conversation {conversation_id} in {self.path}")
+
+    # -- messages --------------------------------------------------------------
+    def add_message(
+        self,
+        conversation_id: int,
+        role: str,
+        content: str,
+        *,
+        status: str = "complete",
+        error: str | None = None,
+        stats: Mapping[str, Any] | None = None,
+        origins: Sequence[str] | None = None,
+        tokens: Sequence[int] | None = None,
+        tokens_model: str | None = None,
+        created_at: float | None = None,
+        updated_at: float | None = None,
+    ) -> Message:
+        if role not in ROLES:
+            raise ValueError(f"role must be one of {ROLES}, got {role!r}")
+        if status not in STATUSES:
+            raise ValueError(f"status must be one of {STATUSES}, got {status!r}")
+        now = time.time()
+        created = now if created_at is None else created_at
+        with self.db.atomic():
+            self._touch(conversation_id, now if updated_at is None else updated_at)
+            cur = self.db.execute(
+                "INSERT INTO messages (conversation_id, role, content, status, error, stats, origins, tokens,"
+                " tokens_model, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (conversation_id, role, content, status, error, dumps(stats), pack_origins(origins),
+                 pack_tokens(tokens), tokens_model, created, created if updated_at is None else updated_at),
+            )
+        return self.message(int(cur.lastrowid or 0))
+
+    def update_message(
+        self,
+        message_id: int,
+        *,
+        content: str = _UNSET,
+        status: str = _UNSET,
+        error: str | None = _UNSET,
+        stats: Mapping[str, Any] | None = _UNSET,
+        origins: Sequence[str] | None = _UNSET,
+        tokens: Sequence[int] | None = _UNSET,
+        tokens_model: str | None = _UNSET,
+    ) -> None:
+        """Change a message (a growing reply) and touch its conversation, in one transaction."""
+        now = time.time()
+        fields: dict[str, Any] = {"updated_at": now}
+        if content is not _UNSET:
+            fields["content"] = content
+        if status is not _UNSET:
+            if status not in STATUSES:
+                raise ValueError(f"status must be one of {STATUSES}, got {status!r}")
+            fields["status"] = status
+        for name, value, pack in (
+            ("error", error, None), ("stats", stats, dumps), ("origins", origins, pack_origins),
+            ("tokens", tokens, pack_tokens), ("tokens_model", tokens_model, None),
+        ):
+            if value is not _UNSET:
+                fields[name] = pack(value) if pack is not None else value
+        sets = ", ".join(f"{k} = ?" for k in fields)
+        with self.db.atomic():
+            row = self.db.execute("SELECT conversation_id FROM messages WHERE id = ?", (message_id,)).fetchone()
+            if row is None:
+                raise NotFoundError(f"no message {message_id} in {self.path}")
+            self.db.execute(f"UPDATE messages SET {sets} WHERE id = ?", (*fields.values(), message_id))
+            self._touch(row[0], now)
+
+    def message(self, message_id: int) -> Message:
+        rows = list(self.db.query("SELECT * FROM messages WHERE id = ?", (message_id,)))
+        if not rows:
+            raise NotFoundError(f"no message {message_id} in {self.path}")
+        return _message(rows[0])
+
+    def messages(self, conversation_id: int) -> list[Message]:
+        """A conversation's messages in order."""
+        self.conversation(conversation_id)  # NotFoundError for a wrong id, not an empty list
+        rows = self.db.query("SELECT * FROM messages WHERE conversation_id = ? ORDER BY id", (conversation_id,))
+        return [_message(r) for r in rows]
+
+    def _touch(self, conversation_id: int, when: float) -> None:
+        cur = self.db.execute("UPDATE conversations SET updated_at = ? WHERE id = ?", (when, conversation_id))
+        if cur.rowcount == 0:
+            raise NotFoundError(f"no conversation {conversation_id} in {self.path}")
+
+    # -- copy history ----------------------------------------------------------
+    def copy_history(self, conversation_id: int) -> dict[str, dict[str, float]] | None:
+        """The conversation's stored decayed copy history by source, or None (use the family prior)."""
+        rows = self.db.query(
+            "SELECT source, accepted, tested FROM copy_history WHERE conversation_id = ? ORDER BY source",
+            (conversation_id,),
+        )
+        history = {r["source"]: {"accepted": r["accepted"], "tested": r["tested"]} for r in rows}
+        return history or None
+
+    def save_copy_history(self, conversation_id: int, snapshot: Mapping[str, Mapping[str, float]]) -> None:
+        """Replace the conversation's copy history with an engine snapshot (``CopyRates.snapshot()``)."""
+        now = time.time()
+        with self.db.atomic():
+            self.db.execute("DELETE FROM copy_history WHERE conversation_id = ?", (conversation_id,))
+            for source, counts in snapshot.items():
+                self.db.execute(
+                    "INSERT INTO copy_history (conversation_id, source, accepted, tested, updated_at)"
+                    " VALUES (?, ?, ?, ?, ?)",
+                    (conversation_id, source, float(counts.get("accepted", 0.0)),
+                     float(counts.get("tested", 0.0)), now),
+                )
+
+    # -- settings --------------------------------------------------------------
+    def setting(self, key: str, default: Any = None) -> Any:
+        row = self.db.execute("SELECT value FROM settings WHERE key = ?", (key,)).fetchone()
+        return default if row is None else loads(row[0])
+
+    def set_setting(self, key: str, value: Any) -> None:
+        self.db.execute(
+            "INSERT INTO settings (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+            (key, dumps(value)),
+        )
+
+    @property
+    def recall_other_conversations(self) -> bool:
+        """Whether Recall may copy from other conversations (on unless turned off)."""
+        return bool(self.setting(RECALL_SETTING, True))
+
+    # -- search and Recall -----------------------------------------------------
+    def search(self, text: str, limit: int = 50) -> list[ConversationSummary]:
+        """Conversations whose messages hold every word of ``text``, best match first, with a snippet."""
+        query = fts_query(text)
+        if not query:
+            return []
+        rows = self.db.query(
+            "SELECT m.conversation_id AS cid, snippet(messages_fts, 0, '[', ']', '…', 12) AS snip"
+            " FROM messages_fts JOIN messages m ON m.id = messages_fts.rowid"
+            " WHERE messages_fts MATCH ? ORDER BY bm25(messages_fts) LIMIT ?",
+            (query, limit * 8),
+        )
+        best: dict[int, str] = {}
+        for r in rows:
+            best.setdefault(r["cid"], r["snip"])
+            if len(best) == limit:
+                break
+        if not best:
+            return []
+        marks = ",".join("?" * len(best))
+        convs = {
+            r["id"]: r
+            for r in self.db.query(
+                "SELECT c.id, c.title, c.model, c.updated_at,"
+                " (SELECT count(*) FROM messages m WHERE m.conversation_id = c.id) AS n"
+                f" FROM conversations c WHERE c.id IN ({marks})",
+                tuple(best),
+            )
+        }
+        return [
+            ConversationSummary(cid, convs[cid]["title"], convs[cid]["model"], convs[cid]["updated_at"],
+                                convs[cid]["n"], snip)
+            for cid, snip in best.items()
+        ]
+
+    def recall_rows(self) -> Iterator[tuple[int, int, str, bytes | None, str | None]]:
+        """(conversation id, message id, content, token blob, tokens' model) of every message Recall may
+        copy from: recallable conversations, non-empty, not failed; oldest first."""
+        yield from self.db.execute(
+            "SELECT m.conversation_id, m.id, m.content, m.tokens, m.tokens_model FROM messages m"
+            " JOIN conversations c ON c.id = m.conversation_id"
+            " WHERE c.recallable = 1 AND m.content != '' AND m.status != 'error' ORDER BY m.id"
+        )
+
+    def set_tokens(self, updates: Sequence[tuple[int, Sequence[int], str]]) -> None:
+        """Store token ids for messages: (message id, tokens, model), in one transaction."""
+        with self.db.atomic():
+            self.db.conn.executemany(
+                "UPDATE messages SET tokens = ?, tokens_model = ? WHERE id = ?",
+                [(pack_tokens(t), m, mid) for mid, t, m in updates],
+            )
+
+    # -- comparisons -----------------------------------------------------------
+    def add_comparison(
+        self,
+        messages: Sequence[Mapping[str, str]],
+        sides: Sequence[ComparisonSide],
+        *,
+        conversation_id: int | None = None,
+        settings: Mapping[str, Any] | None = None,
+        model: str = "",
+        created_at: float | None = None,
+    ) -> Comparison:
+        """Save one comparison run (the same request with own copy rates off and on)."""
+        with self.db.atomic():
+            cur = self.db.execute(
+                "INSERT INTO comparisons (conversation_id, messages, settings, model, created_at)"
+                " VALUES (?, ?, ?, ?, ?)",
+                (conversation_id, dumps([dict(m) for m in messages]), dumps(dict(settings or {})), model,
+                 time.time() if created_at is None else created_at),
+            )
+            cid = int(cur.lastrowid or 0)
+            for s in sides:
+                self.db.execute(
+                    "INSERT INTO comparison_sides (comparison_id, own_copy_rates, content, status, error, stats,"
+                    " origins, tokens, copy_history_before, copy_history_after) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (cid, int(s.own_copy_rates), s.content, s.status, s.error, dumps(s.stats),
+                     pack_origins(s.origins), pack_tokens(s.tokens), dumps(s.copy_history_before),
+                     dumps(s.copy_history_after)),
+                )
+        return self.comparison(cid)
+
+    def comparison(self, comparison_id: int) -> Comparison:
+        rows = list(self.db.query("SELECT * FROM comparisons WHERE id = ?", (comparison_id,)))
+        if not rows:
+            raise NotFoundError(f"no comparison {comparison_id} in {self.path}")
+        r = rows[0]
+        sides = tuple(
+            ComparisonSide(
+                own_copy_rates=bool(s["own_copy_rates"]), content=s["content"], status=s["status"],
+                error=s["error"], stats=loads(s["stats"]), origins=unpack_origins(s["origins"]),
+                tokens=unpack_tokens(s["tokens"]), copy_history_before=loads(s["copy_history_before"]),
+                copy_history_after=loads(s["copy_history_after"]),
+            )
+            for s in self.db.query(
+                "SELECT * FROM comparison_sides WHERE comparison_id = ? ORDER BY own_copy_rates", (comparison_id,)
+            )
+        )
+        return Comparison(r["id"], r["conversation_id"], tuple(loads(r["messages"])), loads(r["settings"]) or {},
+                          r["model"], r["created_at"], sides)
+
+    def comparisons(self, conversation_id: int) -> list[Comparison]:
+        ids = [r[0] for r in self.db.execute(
+            "SELECT id FROM comparisons WHERE conversation_id = ? ORDER BY id", (conversation_id,))]
+        return [self.comparison(i) for i in ids]
