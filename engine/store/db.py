@@ -29,9 +29,13 @@ def _advice(path: Path) -> str:
 def _inspect(conn: sqlite3.Connection, path: Path) -> int:
     """The file's schema version; raises if the file is not Lanes' or is too new. Reads only."""
     try:
-        app_id = conn.execute("PRAGMA application_id").fetchone()[0]
-        version = conn.execute("PRAGMA user_version").fetchone()[0]
-        tables = conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
+        conn.execute("BEGIN")  # one snapshot: another process may be creating the file right now
+        try:
+            app_id = conn.execute("PRAGMA application_id").fetchone()[0]
+            version = conn.execute("PRAGMA user_version").fetchone()[0]
+            tables = conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
+        finally:
+            conn.execute("COMMIT")
     except sqlite3.DatabaseError as exc:
         raise NotLanesDatabaseError(f"{path} could not be read as a database ({exc}). {_advice(path)}") from exc
     if app_id != APPLICATION_ID:
