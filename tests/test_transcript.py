@@ -1,0 +1,203 @@
+"""Transcripts: JSON export/import is lossless and all-or-nothing; Markdown and HTML are readable and safe."""
+
+from __future__ import annotations
+
+import copy
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from engine.errors import LanesError
+from engine.store.records import ComparisonSide
+from engine.store.render import conversation_to_html, conversation_to_markdown
+from engine.store.store import Store
+from engine.store.transcript import TranscriptError, conversation_to_json, import_conversation
+
+ROOT = Path(__file__).resolve().parents[1]
+STATS = {"prompt_tokens": 30, "generated": 6, "seconds": 0.5, "first_token_s": 0.12, "prefill_reused": 0,
+         "rounds": 3, "rows": {"context": {"tested": 4, "accepted": 3, "granted": 5}}}
+
+
+@pytest.fixture
+def store(tmp_path: Path):
+    with Store.open(tmp_path / "data") as s:
+        yield s
+
+
+def build(store: Store) -> int:
+    """A conversation using every field the store keeps."""
+    conv = store.create_conversation(
+        title="Typos", model="SmolLM2-135M-Instruct", system_prompt="Be brief.",
+        settings={"temperature": 0.0, "max_tokens": 64}, recallable=False, created_at=1_700_000_000.25,
+    )
+    cid = conv.id
+    store.add_message(cid, "user", "Fix: teh cat <script>alert(1)</script>", created_at=1_700_000_001.5)
+    store.add_message(cid, "assistant", "The cat.", stats=STATS, origins=["model", "context", "context", "recall"],
+                      tokens=[504, 2368, 30, -7], tokens_model="SmolLM2", created_at=1_700_000_002.0,
+                      updated_at=1_700_000_003.0)
+    store.add_message(cid, "user", "Again, ünïcödé & more", created_at=1_700_000_010.0)
+    store.add_message(cid, "assistant", "The c", status="partial", origins=["model"], tokens=[1],
+                      created_at=1_700_000_011.0)
+    store.add_message(cid, "assistant", "", status="error", error="out of memory <b>", created_at=1_700_000_012.0)
+    store.save_copy_history(cid, {"context": {"accepted": 5.5, "tested": 7.25}, "recall": {"accepted": 1, "tested": 2}})
+    sides = [
+        ComparisonSide(own_copy_rates=False, content="A", status="complete", stats=STATS, origins=("model",),
+                       tokens=(9,), copy_history_before={"context": {"accepted": 1.0, "tested": 2.0}}),
+        ComparisonSide(own_copy_rates=True, content="B", status="cancelled", error=None, origins=None, tokens=None,
+                       copy_history_after={"recall": {"accepted": 0.5, "tested": 1.0}}),
+    ]
+    store.add_comparison([{"role": "user", "content": "Fix: teh"}], sides, conversation_id=cid,
+                         settings={"temperature": 0.0}, model="SmolLM2", created_at=1_700_000_020.0)
+    store.db.execute("UPDATE conversations SET updated_at = ? WHERE id = ?", (1_700_000_099.5, cid))
+    return cid
+
+
+def test_json_round_trip_is_lossless(store: Store, tmp_path: Path) -> None:
+    cid = build(store)
+    first = conversation_to_json(store, cid)
+    assert first["conversation"]["recallable"] is False
+    assert first["messages"][1]["origins"] == "mccr" and first["messages"][1]["tokens"] == [504, 2368, 30, -7]
+    assert first["copy_history"]["recall"] == {"accepted": 1.0, "tested": 2.0}
+    assert len(first["comparisons"][0]["sides"]) == 2
+    text = json.dumps(first)
+    with Store.open(tmp_path / "other") as other:  # a fresh store, as on another machine
+        new = import_conversation(other, json.loads(text), "t.json")
+        assert conversation_to_json(other, new.id) == first
+    again = import_conversation(store, json.loads(text), "t.json")  # and beside the original
+    assert again.id != cid and again.updated_at == 1_700_000_099.5
+    assert conversation_to_json(store, again.id) == first
+    assert [m.content for m in store.messages(again.id)] == [m.content for m in store.messages(cid)]
+
+
+def test_html_is_self_contained_and_escaped(store: Store) -> None:
+    cid = build(store)
+    page = conversation_to_html(store, cid)
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+    assert "<script" not in page.lower()
+    assert "out of memory &lt;b&gt;" in page
+    assert "http://" not in page and "https://" not in page and "src=" not in page
+    assert "prefers-color-scheme" in page and "pre-wrap" in page
+    assert "Typos" in page and "copied 75%" in page and "context 3/4" in page
+
+
+def test_markdown_has_roles_contents_and_marks(store: Store) -> None:
+    cid = build(store)
+    md = conversation_to_markdown(store, cid)
+    assert md.startswith("# Typos\n")
+    assert "## System prompt\n\nBe brief." in md
+    assert "## User\n\nFix: teh cat <script>alert(1)</script>" in md  # verbatim in Markdown
+    assert "## Assistant\n\nThe cat." in md
+    assert "## Assistant (partial: stopped early)" in md and "## Assistant (error)" in md
+    assert "**Error:** out of memory" in md
+    assert "6 tokens · 12.0 tok/s" in md and "rows accepted/tested: context 3/4" in md
+    assert "not offered to Recall" in md and "temperature=0.0" in md
+    assert "### Own copy rates on (cancelled)" in md
+
+
+def _bad(doc: dict[str, Any], case: str) -> dict[str, Any]:
+    d = copy.deepcopy(doc)
+    if case == "format":
+        d["format"] = "something-else"
+    elif case == "version":
+        d["version"] = 2
+    elif case == "role":
+        d["messages"][1]["role"] = "robot"
+    elif case == "origins":
+        d["messages"][1]["origins"] = "mc"
+    elif case == "token":
+        d["messages"][3]["tokens"] = [1.5]
+    elif case == "side":
+        d["comparisons"][0]["sides"][1]["status"] = "done"
+    return d
+
+
+@pytest.mark.parametrize(("case", "field"), [
+    ("format", "format"), ("version", "version"), ("role", "messages[1].role"),
+    ("origins", "messages[1].origins"), ("token", "messages[3].tokens[0]"),
+    ("side", "comparisons[0].sides[1].status"),
+])
+def test_invalid_import_names_file_and_field_and_writes_nothing(store: Store, case: str, field: str) -> None:
+    doc = conversation_to_json(store, build(store))
+    before = store.count_conversations()
+    with pytest.raises(TranscriptError) as err:
+        import_conversation(store, _bad(doc, case), "bad.json")
+    assert str(err.value).startswith(f"bad.json: {field} "), str(err.value)
+    assert store.count_conversations() == before
+    assert isinstance(err.value, LanesError)
+
+
+def test_not_a_document(store: Store) -> None:
+    with pytest.raises(TranscriptError, match=r"^x\.json: the document must be a JSON object"):
+        import_conversation(store, [1, 2], "x.json")  # type: ignore[arg-type]
+    with pytest.raises(TranscriptError, match=r"^x\.json: conversation is missing"):
+        import_conversation(store, {"format": "lanes-conversation", "version": 1}, "x.json")
+    assert store.count_conversations() == 0
+
+
+# -- the command line, as a person runs it -----------------------------------------
+def lanes(*argv: str | Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "engine.cli", *map(str, argv)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_cli_export_refuses_overwrite_then_forces(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    with Store.open(data) as s:
+        cid = build(s)
+    out = tmp_path / "t.html"
+    out.write_text("keep me")
+    r = lanes("export", cid, "--format", "html", "-o", out, "--data-dir", data)
+    assert r.returncode == 2 and str(out) in r.stderr and "--force" in r.stderr
+    assert out.read_text() == "keep me"
+    r = lanes("export", cid, "--format", "html", "-o", out, "--force", "--data-dir", data)
+    assert r.returncode == 0, r.stderr
+    assert "&lt;script&gt;" in out.read_text(encoding="utf-8")
+    assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+    r = lanes("export", 999, "--format", "md", "-o", tmp_path / "x.md", "--data-dir", data)
+    assert r.returncode == 2 and "no conversation 999" in r.stderr and not (tmp_path / "x.md").exists()
+
+
+def test_cli_export_all_then_import(tmp_path: Path) -> None:
+    data, folder = tmp_path / "data", tmp_path / "all"
+    with Store.open(data) as s:
+        ids = [build(s), s.create_conversation(title="empty").id]
+    r = lanes("export", "--all", "--format", "md", "-o", folder, "--data-dir", data)
+    assert r.returncode == 2 and "--format json" in r.stderr and not folder.exists()
+    r = lanes("export", "--all", "--format", "json", "-o", folder, "--data-dir", data)
+    assert r.returncode == 0, r.stderr
+    files = sorted(folder.iterdir())
+    assert [f.name for f in files] == [f"conversation-{i}.json" for i in sorted(ids)]
+    r = lanes("export", "--all", "--format", "json", "-o", folder, "--data-dir", data)
+    assert r.returncode == 2 and "already exists (and 1 more)" in r.stderr
+
+    fresh = tmp_path / "fresh"
+    r = lanes("import", *files, "--data-dir", fresh)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == [f"imported {files[0]} as conversation 1 (Typos)",
+                                     f"imported {files[1]} as conversation 2 (empty)"]
+    with Store.open(data) as s, Store.open(fresh) as f:
+        assert conversation_to_json(f, 1) == conversation_to_json(s, ids[0])
+
+
+def test_cli_import_errors_leave_nothing(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    with Store.open(data) as s:
+        good = conversation_to_json(s, build(s))
+    good_file, bad_json, bad_doc = tmp_path / "good.json", tmp_path / "broken.json", tmp_path / "bad.json"
+    good_file.write_text(json.dumps(good))
+    bad_json.write_text('{"format": ')
+    bad_doc.write_text(json.dumps(_bad(good, "role")))
+    for files, expected in (
+        ([good_file, bad_json], f"{bad_json} is not valid JSON (line 1"),
+        ([good_file, bad_doc], f"{bad_doc}: messages[1].role must be one of"),
+        ([good_file, tmp_path / "missing.json"], f"{tmp_path / 'missing.json'}: no such file"),
+    ):
+        r = lanes("import", *files, "--data-dir", data)
+        assert r.returncode == 2 and expected in r.stderr, r.stderr
+        assert r.stdout == ""
+    with Store.open(data) as s:
+        assert s.count_conversations() == 1
