@@ -1,7 +1,7 @@
 """``lanes``: the command line.
 
 ``ask``/``chat`` talk to the model and save to the store; ``list``/``search``/``export``/``import``/
-``move-aside`` work on the store alone; ``bench``/``bench-store`` measure.
+``delete``/``recall``/``move-aside`` work on the store alone; ``bench``/``bench-store`` measure.
 """
 
 from __future__ import annotations
@@ -63,6 +63,13 @@ def main(argv: list[str] | None = None) -> int:
     export.add_argument("--force", action="store_true", help="overwrite existing files")
     imp = sub.add_parser("import", parents=[data], help="add conversations from exported JSON files")
     imp.add_argument("files", nargs="+", type=Path)
+
+    delete = sub.add_parser("delete", parents=[data], help="delete conversations with their messages and history")
+    delete.add_argument("conversations", nargs="+", type=int)
+    recall = sub.add_parser("recall", parents=[data], help="show or set whether Recall copies across conversations")
+    recall.add_argument("state", nargs="?", choices=("on", "off"), help="set it (app-wide, or for --conversation)")
+    recall.add_argument("--conversation", type=int, default=None,
+                        help="let this conversation be recalled from (on) or not (off)")
 
     sub.add_parser("move-aside", parents=[data], help="rename an unusable database so Lanes starts fresh")
 

@@ -17,7 +17,7 @@ from engine.store import paths
 from engine.store.db import move_aside
 from engine.store.records import ConversationSummary, Message
 from engine.store.session import ChatSession, ReplySettings
-from engine.store.store import Store
+from engine.store.store import RECALL_SETTING, Store
 
 HELP = "Commands: /new starts a new conversation, /quit leaves (or Ctrl-D). Ctrl-C stops a reply."
 _COLOURS = {"model": "", "context": "\x1b[36m", "recall": "\x1b[35m"}
@@ -34,6 +34,16 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if args.command == "move-aside":
         return _move_aside(args)
+    if args.command == "delete":
+        with Store.open(args.data_dir) as store:
+            for cid in args.conversations:
+                store.conversation(cid)  # all ids checked before the first delete
+            for cid in args.conversations:
+                store.delete_conversation(cid)
+                print(f"deleted conversation {cid}")
+        return 0
+    if args.command == "recall":
+        return _recall(args)
     return _ask(args) if args.command == "ask" else _chat(args)
 
 
@@ -167,6 +177,21 @@ def _print_conversations(rows: list[ConversationSummary], empty: str) -> None:
         print(f"{r.id:>6}  {when}  {r.messages:>4} msgs  {r.title or '(untitled)'}")
         if r.snippet:
             print(f"        {' '.join(r.snippet.split())}")
+
+
+def _recall(args: argparse.Namespace) -> int:
+    with Store.open(args.data_dir) as store:
+        if args.conversation is not None:
+            if args.state is not None:
+                store.update_conversation(args.conversation, recallable=args.state == "on")
+            conv = store.conversation(args.conversation)
+            print(f"conversation {conv.id} can {'' if conv.recallable else 'not '}be recalled from")
+            return 0
+        if args.state is not None:
+            store.set_setting(RECALL_SETTING, args.state == "on")
+        on = store.recall_other_conversations
+        print(f"Recall {'copies' if on else 'does not copy'} from other conversations")
+    return 0
 
 
 def _move_aside(args: argparse.Namespace) -> int:
