@@ -3,6 +3,7 @@
 #   make test   set up (once), lint, run the test suite
 #   make lint   ruff check + the engine/UI layering check (make format: ruff format)
 #   make bench  the three benchmark workloads, JSON results under out/ (bench-heldout: the held-out two)
+#   make bench-store  the store at scale (10,000 conversations, synthetic, temp folder): out/bench-store.*
 #   make clean  caches and outputs; `make distclean` also removes .venv
 
 SHELL := /bin/bash
@@ -31,7 +32,7 @@ else
 WITH_BLAS =
 endif
 
-.PHONY: help setup openblas run test lint format bench bench-heldout clean distclean
+.PHONY: help setup openblas run test lint format bench bench-heldout bench-store clean distclean
 
 help:
 	@sed -n 's/^#   //p' $(MAKEFILE_LIST)
@@ -103,6 +104,11 @@ bench: setup
 # Requests nobody tuned on: check that results hold up (see resources/README.md).
 bench-heldout:
 	@$(MAKE) --no-print-directory bench WORKLOADS="$(HELDOUT)"
+
+# The store's targets at scale on a synthetic database (never the user's); see docs/benchmarks.md.
+bench-store: setup
+	@mkdir -p out
+	@set -o pipefail; $(VENV)/bin/lanes bench-store --json out/bench-store.json | tee out/bench-store.md
 
 clean:
 	rm -rf out build dist *.egg-info .pytest_cache .ruff_cache .hypothesis

@@ -294,15 +294,21 @@ class Store:
         query = fts_query(text)
         if not query:
             return []
-        rows = self.db.query(
-            "SELECT m.conversation_id AS cid, snippet(messages_fts, 0, '[', ']', '…', 12) AS snip"
-            " FROM messages_fts JOIN messages m ON m.id = messages_fts.rowid"
+        # Rank inside the FTS table alone, then look up the conversations of the top rows only: joining
+        # messages before the sort costs a lookup per match (~40 ms for a common word at 100,000 messages).
+        hits = self.db.execute(
+            "SELECT rowid, snippet(messages_fts, 0, '[', ']', '…', 12) FROM messages_fts"
             " WHERE messages_fts MATCH ? ORDER BY bm25(messages_fts) LIMIT ?",
             (query, limit * 8),
-        )
+        ).fetchall()
+        if not hits:
+            return []
+        marks = ",".join("?" * len(hits))
+        owner = dict(self.db.execute(
+            f"SELECT id, conversation_id FROM messages WHERE id IN ({marks})", [h[0] for h in hits]).fetchall())
         best: dict[int, str] = {}
-        for r in rows:
-            best.setdefault(r["cid"], r["snip"])
+        for rowid, snip in hits:
+            best.setdefault(owner[rowid], snip)
             if len(best) == limit:
                 break
         if not best:

@@ -57,7 +57,8 @@ CREATE TABLE messages (
     updated_at REAL NOT NULL
 );
 CREATE VIRTUAL TABLE messages_fts USING fts5 (
-    content, content = 'messages', content_rowid = 'id', tokenize = 'unicode61 remove_diacritics 2'
+    content, content = 'messages', content_rowid = 'id', tokenize = 'unicode61 remove_diacritics 2',
+    prefix = '1'
 );
 CREATE TABLE 'messages_fts_config'(k PRIMARY KEY, v) WITHOUT ROWID;
 CREATE TABLE 'messages_fts_data'(id INTEGER PRIMARY KEY, block BLOB);
