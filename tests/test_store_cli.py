@@ -80,3 +80,10 @@ def test_asking_in_a_missing_conversation_fails_before_loading_the_model(tmp_pat
     _seed(tmp_path)
     res = lanes(tmp_path, "ask", "hello", "--conversation", "42")
     assert res.returncode == 2 and "no conversation 42" in res.stderr and "Loading model" not in res.stderr
+
+
+def test_an_empty_message_is_refused_before_loading_the_model(tmp_path: Path) -> None:
+    res = lanes(tmp_path, "ask", "  ")
+    assert res.returncode == 2 and "message is empty" in res.stderr and "Loading model" not in res.stderr
+    with Store.open(tmp_path) as store:
+        assert store.count_conversations() == 0

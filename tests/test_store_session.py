@@ -80,6 +80,13 @@ def test_recall_copies_from_another_conversation_until_it_opts_out(session: Chat
     alone = session.ask(c.id, RECALL_PROMPT, settings)
     assert alone.tokens == original.tokens
     assert alone.stats["rows"]["recall"]["tested"] == 0 and "recall" not in alone.origins
+    session.delete_conversation(c.id)  # c's reply is gone from Recall too
+    d = session.new_conversation()
+    assert session.ask(d.id, RECALL_PROMPT, settings).stats["rows"]["recall"]["tested"] == 0
+    session.delete_conversation(d.id)
+    session.set_recallable(a.id, True)  # back in: Recall copies from it again
+    e = session.new_conversation()
+    assert session.ask(e.id, RECALL_PROMPT, settings).stats["rows"]["recall"]["accepted"] > 0
 
 
 def test_a_cancelled_reply_keeps_its_text_and_copy_history(session: ChatSession) -> None:

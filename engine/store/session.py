@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from engine.errors import LanesError
 from engine.events import Event, Failed, Finished, ReplyStats, Request, Tokens
 from engine.store.recall import recall_documents
 from engine.store.records import Conversation, Message
@@ -157,12 +158,20 @@ class ChatSession:
             if conv.key in docs:
                 self.engine.add_recall(conv.key, docs[conv.key])
 
+    def delete_conversation(self, conversation_id: int) -> None:
+        """Delete a conversation from the store and forget it in the running engine's Recall."""
+        conv = self.store.conversation(conversation_id)
+        self.store.delete_conversation(conversation_id)
+        self.engine.remove_recall(conv.key)
+
     def set_recall_other_conversations(self, on: bool) -> None:
         """The app-wide setting: later replies copy from other conversations only when on."""
         self.store.set_setting(RECALL_SETTING, on)
 
     def begin(self, conversation_id: int, text: str, settings: ReplySettings | None = None) -> Reply:
         """Save the user's message and a partial reply, and submit the request."""
+        if not text.strip():
+            raise LanesError("the message is empty")
         conv = self.store.conversation(conversation_id)
         settings = settings or ReplySettings()
         history = request_messages(conv, self.store.messages(conversation_id))

@@ -119,6 +119,8 @@ def _reply(session: ChatSession, conversation_id: int, text: str, settings: Repl
 
 def _ask(args: argparse.Namespace) -> int:
     settings = _settings(args)
+    if not args.message.strip():
+        raise LanesError("the message is empty: lanes ask \"your message\"")
     with Store.open(args.data_dir) as store:  # open (and check) the store before the slow model load
         if args.conversation is not None:
             store.conversation(args.conversation)
