@@ -173,7 +173,6 @@ class ChatSession:
         if not text.strip():
             raise LanesError("the message is empty")
         conv = self.store.conversation(conversation_id)
-        settings = settings or ReplySettings()
         history = request_messages(conv, self.store.messages(conversation_id))
         tokens = self.engine.encode(text)
         user = self.store.add_message(conv.id, "user", text, tokens=tokens, tokens_model=self.model)
@@ -181,10 +180,36 @@ class ChatSession:
             conv = self.store.update_conversation(conv.id, title=title_from(text))
         if conv.recallable and self.store.recall_other_conversations:
             self.engine.add_recall(conv.key, tokens)
+        return self._submit(conv, user, history, settings or ReplySettings())
+
+    def resend(self, conversation_id: int, text: str | None = None, settings: ReplySettings | None = None) -> Reply:
+        """Answer the conversation's last user message again: the replies after it are deleted first.
+
+        With ``text`` the message is edited before it is resent ("edit and resend"); without, this is
+        "regenerate the last reply".
+        """
+        conv = self.store.conversation(conversation_id)
+        messages = self.store.messages(conversation_id)
+        users = [i for i, m in enumerate(messages) if m.role == "user"]
+        if not users:
+            raise LanesError(f"conversation {conversation_id} has no message to answer")
+        last = messages[users[-1]]
+        self.store.delete_messages_after(last.id)
+        if text is not None:
+            if not text.strip():
+                raise LanesError("the message is empty")
+            self.store.update_message(last.id, content=text, tokens=self.engine.encode(text),
+                                      tokens_model=self.model)
+            last = self.store.message(last.id)
+        history = request_messages(conv, messages[: users[-1]])
+        return self._submit(conv, last, history, settings or ReplySettings())
+
+    def _submit(self, conv: Conversation, user: Message, history: list[dict[str, str]],
+                settings: ReplySettings) -> Reply:
         assistant = self.store.add_message(conv.id, "assistant", "", status="partial")
         before = self.store.copy_history(conv.id)
         request = Request(
-            messages=(*history, {"role": "user", "content": text}),
+            messages=(*history, {"role": "user", "content": user.content}),
             max_tokens=settings.max_tokens, temperature=settings.temperature, top_p=settings.top_p,
             own_copy_rates=settings.own_copy_rates, copy_history=before, conversation=conv.key,
             recall=self.store.recall_other_conversations,

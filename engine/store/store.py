@@ -1,6 +1,6 @@
 """``Store``: the repository over Lanes' database. One Store per thread at a time.
 
-Every write that must be all-or-nothing runs in one transaction (``db.atomic()``). Deleting a
+Every write that must be all-or-nothing runs in one transaction (``Store.write()``). Deleting a
 conversation removes its messages, copy history and comparisons by foreign-key cascade.
 
 Typical use::
@@ -18,6 +18,7 @@ import os
 import re
 import time
 from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -90,6 +91,27 @@ class Store:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    @contextmanager
+    def write(self) -> Iterator[None]:
+        """A write transaction, taken with ``BEGIN IMMEDIATE``: several connections write in turn.
+
+        A deferred transaction that reads before it writes fails at once with "database is locked"
+        when another connection committed in between (WAL cannot upgrade a stale snapshot); taking
+        the write lock first makes it wait (busy timeout) instead. Nested calls become savepoints.
+        """
+        if self.db.conn.in_transaction:
+            with self.db.atomic():
+                yield
+            return
+        self.db.conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+        except BaseException:
+            if self.db.conn.in_transaction:
+                self.db.conn.execute("ROLLBACK")
+            raise
+        self.db.conn.execute("COMMIT")
+
     # -- conversations -------------------------------------------------------
     def create_conversation(
         self,
@@ -160,7 +182,7 @@ class Store:
 
     def delete_conversation(self, conversation_id: int) -> None:
         """Remove a conversation with its messages, copy history and comparisons, in one transaction."""
-        with self.db.atomic():
+        with self.write():
             cur = self.db.execute("DELETE FROM conversations WHERE id = ?", (conversation_id,))
             if cur.rowcount == 0:
                 raise NotFoundError(f"no conversation {conversation_id} in {self.path}")
@@ -187,7 +209,7 @@ class Store:
             raise ValueError(f"status must be one of {STATUSES}, got {status!r}")
         now = time.time()
         created = now if created_at is None else created_at
-        with self.db.atomic():
+        with self.write():
             self._touch(conversation_id, now if updated_at is None else updated_at)
             cur = self.db.execute(
                 "INSERT INTO messages (conversation_id, role, content, status, error, stats, origins, tokens,"
@@ -225,12 +247,22 @@ class Store:
             if value is not _UNSET:
                 fields[name] = pack(value) if pack is not None else value
         sets = ", ".join(f"{k} = ?" for k in fields)
-        with self.db.atomic():
+        with self.write():
             row = self.db.execute("SELECT conversation_id FROM messages WHERE id = ?", (message_id,)).fetchone()
             if row is None:
                 raise NotFoundError(f"no message {message_id} in {self.path}")
             self.db.execute(f"UPDATE messages SET {sets} WHERE id = ?", (*fields.values(), message_id))
             self._touch(row[0], now)
+
+    def delete_messages_after(self, message_id: int) -> int:
+        """Delete every message of the same conversation after ``message_id`` (a regenerate or an edit);
+        returns how many went."""
+        msg = self.message(message_id)
+        with self.write():
+            cur = self.db.execute("DELETE FROM messages WHERE conversation_id = ? AND id > ?",
+                                  (msg.conversation_id, message_id))
+            self._touch(msg.conversation_id, time.time())
+        return cur.rowcount
 
     def message(self, message_id: int) -> Message:
         rows = list(self.db.query("SELECT * FROM messages WHERE id = ?", (message_id,)))
@@ -262,7 +294,7 @@ class Store:
     def save_copy_history(self, conversation_id: int, snapshot: Mapping[str, Mapping[str, float]]) -> None:
         """Replace the conversation's copy history with an engine snapshot (``CopyRates.snapshot()``)."""
         now = time.time()
-        with self.db.atomic():
+        with self.write():
             self.db.execute("DELETE FROM copy_history WHERE conversation_id = ?", (conversation_id,))
             for source, counts in snapshot.items():
                 self.db.execute(
@@ -340,7 +372,7 @@ class Store:
 
     def set_tokens(self, updates: Sequence[tuple[int, Sequence[int], str]]) -> None:
         """Store token ids for messages: (message id, tokens, model), in one transaction."""
-        with self.db.atomic():
+        with self.write():
             self.db.conn.executemany(
                 "UPDATE messages SET tokens = ?, tokens_model = ? WHERE id = ?",
                 [(pack_tokens(t), m, mid) for mid, t, m in updates],
@@ -358,7 +390,7 @@ class Store:
         created_at: float | None = None,
     ) -> Comparison:
         """Save one comparison run (the same request with own copy rates off and on)."""
-        with self.db.atomic():
+        with self.write():
             cur = self.db.execute(
                 "INSERT INTO comparisons (conversation_id, messages, settings, model, created_at)"
                 " VALUES (?, ?, ?, ?, ?)",

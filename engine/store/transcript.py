@@ -270,7 +270,7 @@ def import_conversation(store: Store, data: Mapping[str, Any], source: str) -> C
     """Add a conversation from a JSON document, all or nothing (one transaction, checked first)."""
     doc = validate(data, source)
     conv = doc["conversation"]
-    with store.db.atomic():
+    with store.write():
         new = store.create_conversation(**conv)
         for m in doc["messages"]:
             store.add_message(new.id, **m)

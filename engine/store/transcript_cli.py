@@ -110,7 +110,7 @@ def import_command(args: argparse.Namespace) -> int:
     for path, data in docs:
         transcript.validate(data, str(path))  # every file checked before the first write
     with Store.open(args.data_dir) as store:
-        with store.db.atomic():
+        with store.write():
             done = [(path, transcript.import_conversation(store, data, str(path))) for path, data in docs]
         for path, conv in done:
             print(f"imported {path} as conversation {conv.id} ({conv.title or 'untitled'})")

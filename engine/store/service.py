@@ -1,0 +1,224 @@
+"""The store and the engine for a window: nothing here runs on the caller's thread.
+
+- ``StoreWorker``: one thread owning a Store connection; ``submit(fn)`` runs ``fn(store)`` there, in
+  order, and returns a Future. The window reads and edits through it.
+- ``ChatService.start_reply``: one thread per reply, with its own connection (SQLite in WAL mode lets
+  them write in turn), running ``ChatSession`` to the end and passing every event to ``on_event``
+  on that thread (the window re-posts them to its own thread).
+- ``ChatService.close``: cancels every reply (each is saved as cancelled with its copy history),
+  joins every thread, and stops the engine.
+
+No Qt here: the window wraps these Futures and callbacks in signals.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from engine.engine import Engine, ModelInfo
+from engine.errors import LanesError
+from engine.events import Event
+from engine.store.records import Message
+from engine.store.session import ChatSession, Reply, ReplySettings
+from engine.store.store import Store
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+class StoreWorker:
+    """A thread that owns one Store; every call runs there, one after another."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._jobs: queue.Queue[tuple[Callable[[Store], Any], Future[Any]] | None] = queue.Queue()
+        self.opened: Future[None] = Future()
+        self._thread = threading.Thread(target=self._run, name="lanes-store", daemon=True)
+        self._thread.start()
+
+    def submit(self, fn: Callable[[Store], T]) -> Future[T]:
+        fut: Future[T] = Future()
+        if not self._thread.is_alive():
+            fut.set_exception(LanesError("the store has been closed"))
+        else:
+            self._jobs.put((fn, fut))
+        return fut
+
+    def close(self, timeout: float = 30.0) -> None:
+        if self._thread.is_alive():
+            self._jobs.put(None)
+            self._thread.join(timeout)
+
+    def _run(self) -> None:
+        try:
+            store = Store(self.path)
+        except BaseException as exc:
+            self.opened.set_exception(exc)
+            store = None
+        else:
+            self.opened.set_result(None)
+        try:
+            while (job := self._jobs.get()) is not None:
+                fn, fut = job
+                if store is None:
+                    fut.set_exception(LanesError(f"the store at {self.path} could not be opened"))
+                    continue
+                if fut.set_running_or_notify_cancel():
+                    try:
+                        fut.set_result(fn(store))
+                    except BaseException as exc:
+                        fut.set_exception(exc)
+        finally:
+            if store is not None:
+                store.close()
+
+
+@dataclass(eq=False)  # identity: tasks live in a set
+class ReplyTask:
+    """A reply running on its own thread. ``done`` resolves to the saved message (or the error)."""
+
+    conversation_id: int
+    thread: threading.Thread | None = None
+    done: Future[Message] = field(default_factory=Future)
+    message_id: int | None = None  # the assistant message, once saved
+    _reply: Reply | None = None
+    _cancel: threading.Event = field(default_factory=threading.Event)
+
+    def cancel(self) -> None:
+        self._cancel.set()
+        if self._reply is not None:
+            self._reply.cancel()
+
+
+@dataclass(frozen=True)
+class ReplyBegun:
+    """The user's message and the empty reply are saved; ``Tokens`` follow for ``message_id``."""
+
+    conversation_id: int
+    user_message: Message
+    message_id: int
+
+
+@dataclass(frozen=True)
+class ReplySaved:
+    """The reply ended and is saved (complete, cancelled or error): its final form."""
+
+    conversation_id: int
+    message: Message
+
+
+ServiceEvent = ReplyBegun | ReplySaved | Event
+
+
+class ChatService:
+    """One model and one data folder, for a window. Use from one thread (the GUI's)."""
+
+    def __init__(self, path: Path, model: str | None = None,
+                 engine_factory: Callable[[str | None], Engine] = Engine) -> None:
+        self.path = Path(path)
+        self.store = StoreWorker(self.path)
+        self._engine_factory = engine_factory
+        self.engine = engine_factory(model)
+        self.tasks: set[ReplyTask] = set()
+        self._lock = threading.Lock()
+
+    def loaded(self) -> Future[ModelInfo]:
+        return self.engine.loaded
+
+    def switch_model(self, model: str | None) -> None:
+        """Stop every reply, then load another model (its result arrives on ``loaded()``)."""
+        self.cancel_all()
+        self.join_replies()
+        self.engine.close()
+        self.engine = self._engine_factory(model)
+
+    def load_recall(self) -> Future[int]:
+        """Feed Recall from the store (after the model loaded): on the store thread."""
+        info = self.engine.info()
+        return self.store.submit(lambda store: ChatSession(store, self.engine, info.name).load_recall())
+
+    def session_call(self, fn: Callable[[ChatSession], T]) -> Future[T]:
+        """Run ``fn`` with a ChatSession on the store thread (set_recallable, delete_conversation, ...)."""
+        def job(store: Store) -> T:
+            return fn(ChatSession(store, self.engine, self.engine.info().name))
+
+        return self.store.submit(job)
+
+    def start_reply(self, conversation_id: int, text: str | None, settings: ReplySettings,
+                    on_event: Callable[[ServiceEvent], None], resend: bool = False) -> ReplyTask:
+        """Send ``text`` (or with ``resend``, answer the last user message again, edited to ``text`` if
+        given) on a new thread; every event goes to ``on_event`` on that thread."""
+        task = ReplyTask(conversation_id)
+        task.thread = threading.Thread(target=self._run_reply, args=(task, text, settings, on_event, resend),
+                                       name=f"lanes-reply-{conversation_id}", daemon=True)
+        with self._lock:
+            self.tasks.add(task)
+        task.thread.start()
+        return task
+
+    def _run_reply(self, task: ReplyTask, text: str | None, settings: ReplySettings,
+                   on_event: Callable[[ServiceEvent], None], resend: bool) -> None:
+        try:
+            info = self._wait_for_model(task)
+            with Store(self.path) as store:
+                session = ChatSession(store, self.engine, info.name)
+                if resend:
+                    reply = session.resend(task.conversation_id, text, settings)
+                else:
+                    assert text is not None
+                    reply = session.begin(task.conversation_id, text, settings)
+                task._reply, task.message_id = reply, reply.message_id
+                if task._cancel.is_set():
+                    reply.cancel()
+                on_event(ReplyBegun(task.conversation_id, reply.user_message, reply.message_id))
+                for event in reply.events():
+                    on_event(event)
+                saved = store.message(reply.message_id)
+            on_event(ReplySaved(task.conversation_id, saved))
+            task.done.set_result(saved)
+        except BaseException as exc:
+            log.exception("reply in conversation %s failed", task.conversation_id)
+            task.done.set_exception(exc)
+        finally:
+            with self._lock:
+                self.tasks.discard(task)
+
+    def _wait_for_model(self, task: ReplyTask) -> ModelInfo:
+        """The loaded model's info; gives up when the reply is cancelled first (closing mid-load)."""
+        while True:
+            try:
+                return self.engine.info(timeout=0.1)
+            except TimeoutError:
+                if task._cancel.is_set():
+                    raise LanesError("cancelled before the model loaded") from None
+
+    def generating(self) -> set[int]:
+        """Conversations with a reply running now."""
+        with self._lock:
+            return {t.conversation_id for t in self.tasks}
+
+    def cancel_all(self) -> None:
+        with self._lock:
+            tasks = list(self.tasks)
+        for t in tasks:
+            t.cancel()
+
+    def join_replies(self, timeout: float = 60.0) -> None:
+        with self._lock:
+            threads = [t.thread for t in self.tasks if t.thread is not None]
+        for th in threads:
+            th.join(timeout)
+
+    def close(self) -> None:
+        """Cancel and save every reply, join every thread, stop the engine and the store."""
+        self.cancel_all()
+        self.join_replies()
+        self.engine.close()
+        self.store.close()
