@@ -57,7 +57,7 @@ def test_resend_replaces_the_last_reply_and_edit_changes_the_question(service: C
     assert [(m.role, m.content) for m in msgs] == [("user", "Name a fruit."), ("assistant", edited.content)]
 
 
-def test_close_mid_reply_saves_it_cancelled_with_its_copy_history_and_joins(loaded, tmp_path: Path) -> None:
+def test_close_mid_reply_saves_it_partial_with_its_copy_history_and_joins(loaded, tmp_path: Path) -> None:
     svc = ChatService(tmp_path / "lanes.db", engine_factory=lambda _m: Engine(loader=lambda _s: loaded,
                                                                               calibrate=False))
     conv = svc.store.submit(lambda s: s.create_conversation().id).result()
@@ -71,9 +71,9 @@ def test_close_mid_reply_saves_it_cancelled_with_its_copy_history_and_joins(load
     svc.close()
     assert not task.thread.is_alive()
     saved = task.done.result(timeout=1)
-    assert saved.status == "cancelled" and saved.content
+    assert saved.status == "partial" and saved.content  # interrupted, not stopped by the user
     from engine.store.store import Store
 
     with Store(tmp_path / "lanes.db") as store:
-        assert store.message(saved.id).status == "cancelled"
+        assert store.message(saved.id).status == "partial"
         assert store.copy_history(conv) is not None

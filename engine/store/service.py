@@ -5,7 +5,7 @@
 - ``ChatService.start_reply``: one thread per reply, with its own connection (SQLite in WAL mode lets
   them write in turn), running ``ChatSession`` to the end and passing every event to ``on_event``
   on that thread (the window re-posts them to its own thread).
-- ``ChatService.close``: cancels every reply (each is saved as cancelled with its copy history),
+- ``ChatService.close``: stops every reply (each is saved as partial, with its copy history),
   joins every thread, and stops the engine.
 
 No Qt here: the window wraps these Futures and callbacks in signals.
@@ -90,11 +90,14 @@ class ReplyTask:
     message_id: int | None = None  # the assistant message, once saved
     _reply: Reply | None = None
     _cancel: threading.Event = field(default_factory=threading.Event)
+    _partial: bool = False
 
-    def cancel(self) -> None:
+    def cancel(self, partial: bool = False) -> None:
+        """Stop the reply: saved ``cancelled``, or ``partial`` when interrupted (the app closing)."""
+        self._partial = self._partial or partial
         self._cancel.set()
         if self._reply is not None:
-            self._reply.cancel()
+            self._reply.cancel(self._partial)
 
 
 @dataclass(frozen=True)
@@ -176,7 +179,7 @@ class ChatService:
                     reply = session.begin(task.conversation_id, text, settings)
                 task._reply, task.message_id = reply, reply.message_id
                 if task._cancel.is_set():
-                    reply.cancel()
+                    reply.cancel(task._partial)
                 on_event(ReplyBegun(task.conversation_id, reply.user_message, reply.message_id))
                 for event in reply.events():
                     on_event(event)
@@ -204,11 +207,11 @@ class ChatService:
         with self._lock:
             return {t.conversation_id for t in self.tasks}
 
-    def cancel_all(self) -> None:
+    def cancel_all(self, partial: bool = False) -> None:
         with self._lock:
             tasks = list(self.tasks)
         for t in tasks:
-            t.cancel()
+            t.cancel(partial)
 
     def join_replies(self, timeout: float = 60.0) -> None:
         with self._lock:
@@ -217,8 +220,8 @@ class ChatService:
             th.join(timeout)
 
     def close(self) -> None:
-        """Cancel and save every reply, join every thread, stop the engine and the store."""
-        self.cancel_all()
+        """Stop every reply (saved as partial), join every thread, stop the engine and the store."""
+        self.cancel_all(partial=True)
         self.join_replies()
         self.engine.close()
         self.store.close()

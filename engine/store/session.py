@@ -98,6 +98,7 @@ class Reply:
     done: Finished | Failed | None = None
     _saved_at: float = field(default=0.0)
     _dirty: bool = False
+    interrupted: bool = False
 
     def __post_init__(self) -> None:
         self._saved_at = self.clock()
@@ -119,7 +120,10 @@ class Reply:
             self._dirty = False
         self._saved_at = self.clock()
 
-    def cancel(self) -> None:
+    def cancel(self, partial: bool = False) -> None:
+        """Stop the reply. ``partial``: it was interrupted (the app closing), not stopped by the user,
+        so it is saved as ``partial`` rather than ``cancelled``."""
+        self.interrupted = self.interrupted or partial
         self.handle.cancel()
 
     def events(self) -> Iterator[Event]:
@@ -238,8 +242,11 @@ class ChatSession:
     def _finish(self, reply: Reply, done: Finished) -> None:
         reply.done = done
         reply.text = done.text
+        status = "complete"
+        if done.reason == "cancelled":
+            status = "partial" if reply.interrupted else "cancelled"
         self.store.update_message(
-            reply.message_id, content=done.text, status="cancelled" if done.reason == "cancelled" else "complete",
+            reply.message_id, content=done.text, status=status,
             tokens=done.tokens, origins=done.origins, tokens_model=self.model,
             stats=stats_dict(done.stats, done.reason, reply.settings, reply.copy_history_before),
         )

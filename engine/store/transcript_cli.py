@@ -18,7 +18,7 @@ from engine.errors import LanesError
 from engine.store import render, transcript
 from engine.store.store import Store
 
-_RENDER = {
+RENDER = {
     "json": lambda store, cid: json.dumps(transcript.conversation_to_json(store, cid), ensure_ascii=False,
                                           indent=2) + "\n",
     "md": render.conversation_to_markdown,
@@ -70,7 +70,7 @@ def export_command(args: argparse.Namespace) -> int:
             store.conversation(args.conversation)  # NotFoundError before touching any file
             jobs = [(args.conversation, out)]
         _refuse_existing([path for _, path in jobs], args.force)
-        render = _RENDER[args.format]
+        render = RENDER[args.format]
         if args.all:
             out.mkdir(parents=True, exist_ok=True)
         for cid, path in jobs:
