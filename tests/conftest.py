@@ -58,8 +58,11 @@ def no_thread_leaks() -> Iterator[None]:
 
 @pytest.fixture(autouse=True)
 def isolated_data_dir(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch):
-    """Every test (and every child process it starts) gets its own data folder: never the user's."""
+    """Every test (and every child process it starts) gets its own data and settings folders: never
+    the user's."""
     d = tmp_path_factory.mktemp("lanes-data")
     monkeypatch.setenv("LANES_DATA_DIR", str(d))
     monkeypatch.setenv("XDG_DATA_HOME", str(d / "xdg"))
+    monkeypatch.setenv("LANES_CONFIG_DIR", str(d / "config"))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(d / "xdg-config"))
     return d
