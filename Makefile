@@ -1,5 +1,5 @@
 # Lanes: the front door. GNU make.
-#   make run    set up (once) and chat with the embedded model in the terminal
+#   make run    set up (once) and open the chat window on the embedded model
 #   make test   set up (once), lint, run the test suite
 #   make lint   ruff check + the engine/UI layering check (make format: ruff format)
 #   make bench  the three benchmark workloads, JSON results under out/ (bench-heldout: the held-out two)
@@ -78,7 +78,7 @@ $(STAMP): pyproject.toml
 	@touch $@
 
 run: setup
-	$(WITH_BLAS) $(VENV)/bin/lanes chat
+	$(WITH_BLAS) $(VENV)/bin/lanes-app
 
 lint: setup
 	$(VENV)/bin/ruff check .

@@ -1,0 +1,203 @@
+"""The chat: one conversation's messages (Markdown, streamed), their statistics, and the composer."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtGui import QGuiApplication, QKeyEvent
+from PySide6.QtWidgets import (
+    QFrame,
+    QHBoxLayout,
+    QLabel,
+    QPlainTextEdit,
+    QPushButton,
+    QScrollArea,
+    QSizePolicy,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.message_view import MessageView
+from engine.store.records import Message
+
+ROLE_NAMES = {"user": "You", "assistant": "Lanes", "system": "System"}
+STATUS_NOTES = {"partial": "stopped early", "cancelled": "stopped", "error": "error"}
+
+
+def stats_text(stats: Mapping[str, Any] | None) -> str:
+    """tok/s, time to first token, tokens, stop reason, rows tested/accepted by source."""
+    if not stats:
+        return ""
+    ttft = stats.get("first_token_s")
+    parts = [f"{stats.get('tokens_per_s', 0.0):.1f} tok/s",
+             f"first token {ttft:.2f} s" if ttft is not None else "first token –",
+             f"{stats.get('generated', 0)} tokens", str(stats.get("reason", ""))]
+    rows = stats.get("rows") or {}
+    for source in ("context", "recall"):
+        c = rows.get(source) or {}
+        if c.get("tested"):
+            parts.append(f"{source} rows {c.get('accepted', 0)}/{c.get('tested', 0)} accepted")
+    if not any((rows.get(s) or {}).get("tested") for s in ("context", "recall")):
+        parts.append("no copied rows")
+    return " · ".join(p for p in parts if p)
+
+
+class MessageWidget(QFrame):
+    """One message: who, the text, and for replies the statistics, Copy and (on error) Retry."""
+
+    retryRequested = Signal()
+
+    def __init__(self, message: Message, spans_for: Callable[[Message], list[tuple[str, str]]],
+                 show_origins: bool) -> None:
+        super().__init__()
+        self.message = message
+        self._spans_for = spans_for
+        self.setObjectName(f"message-{message.role}")
+        self.who = QLabel(ROLE_NAMES.get(message.role, message.role))
+        self.who.setStyleSheet("font-weight: 600;")
+        self.view = MessageView()
+        self.view.setAccessibleName(f"{ROLE_NAMES.get(message.role, message.role)} message")
+        self.stats = QLabel()
+        self.stats.setAccessibleName("Reply statistics")
+        self.stats.setStyleSheet("color: palette(placeholder-text); font-size: 11px;")
+        self.stats.setWordWrap(True)
+        self.stats.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.copy_button = QPushButton("Copy")
+        self.copy_button.setAccessibleName("Copy message")
+        self.copy_button.setFlat(True)
+        self.copy_button.clicked.connect(self.copy)
+        self.retry_button = QPushButton("Retry")
+        self.retry_button.setAccessibleName("Retry this reply")
+        self.retry_button.clicked.connect(self.retryRequested)
+        head = QHBoxLayout()
+        head.addWidget(self.who)
+        head.addStretch(1)
+        head.addWidget(self.retry_button)
+        head.addWidget(self.copy_button)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(12, 8, 12, 8)
+        layout.addLayout(head)
+        layout.addWidget(self.view)
+        layout.addWidget(self.stats)
+        self.show_origins = show_origins
+        self.update_message(message)
+
+    def update_message(self, message: Message) -> None:
+        self.message = message
+        self._render(message.content)
+        note = STATUS_NOTES.get(message.status)
+        text = stats_text(message.stats) if message.role == "assistant" else ""
+        if message.error:
+            text = f"Error: {message.error}" + (f"\n{text}" if text else "")
+        elif note and message.status != "partial":
+            text = f"({note}) {text}"
+        self.stats.setText(text)
+        self.stats.setVisible(bool(text))
+        self.retry_button.setVisible(message.status == "error")
+
+    def set_live(self, text: str, spans: list[tuple[str, str]]) -> None:
+        """The streamed text so far (the message is still partial)."""
+        if self.show_origins:
+            self.view.set_spans(spans)
+        else:
+            self.view.set_markdown(text)
+        self.stats.setText("generating…")
+        self.stats.setVisible(True)
+
+    def set_show_origins(self, on: bool) -> None:
+        self.show_origins = on
+        self._render(self.message.content)
+
+    def _render(self, text: str) -> None:
+        if self.show_origins and self.message.role == "assistant":
+            self.view.set_spans(self._spans_for(self.message))
+        else:
+            self.view.set_markdown(text)
+
+    def copy(self) -> None:
+        QGuiApplication.clipboard().setText(self.view.plain_text() or self.message.content)
+
+
+class ChatView(QScrollArea):
+    """The messages of one conversation, newest at the bottom; follows the stream when at the bottom."""
+
+    retryRequested = Signal()
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.setWidgetResizable(True)
+        self.setFrameShape(QFrame.Shape.NoFrame)
+        self.setAccessibleName("Messages")
+        self.inner = QWidget()
+        self.column = QVBoxLayout(self.inner)
+        self.column.setContentsMargins(0, 8, 0, 8)
+        self.column.addStretch(1)
+        self.setWidget(self.inner)
+        self.widgets: list[MessageWidget] = []
+        self.show_origins = False
+        self.spans_for: Callable[[Message], list[tuple[str, str]]] = lambda m: [(m.content, "model")]
+        self._follow = True
+        self.verticalScrollBar().rangeChanged.connect(self._range_changed)
+        self.verticalScrollBar().valueChanged.connect(self._scrolled)
+
+    def set_messages(self, messages: list[Message]) -> None:
+        for w in self.widgets:
+            w.setParent(None)
+            w.deleteLater()
+        self.widgets = []
+        for m in messages:
+            self.add(m)
+        self._follow = True
+        QTimer.singleShot(0, self._to_bottom)
+
+    def add(self, message: Message) -> MessageWidget:
+        w = MessageWidget(message, self.spans_for, self.show_origins)
+        w.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Maximum)
+        w.retryRequested.connect(self.retryRequested)
+        self.column.insertWidget(self.column.count() - 1, w)
+        self.widgets.append(w)
+        return w
+
+    def widget_for(self, message_id: int) -> MessageWidget | None:
+        return next((w for w in reversed(self.widgets) if w.message.id == message_id), None)
+
+    def set_show_origins(self, on: bool) -> None:
+        self.show_origins = on
+        for w in self.widgets:
+            w.set_show_origins(on)
+
+    def _scrolled(self, value: int) -> None:
+        bar = self.verticalScrollBar()
+        self._follow = value >= bar.maximum() - 24
+
+    def _range_changed(self, _lo: int, _hi: int) -> None:
+        if self._follow:
+            self._to_bottom()
+
+    def _to_bottom(self) -> None:
+        bar = self.verticalScrollBar()
+        bar.setValue(bar.maximum())
+
+
+class Composer(QPlainTextEdit):
+    """Enter sends, Shift+Enter adds a line."""
+
+    submitted = Signal(str)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.setPlaceholderText("Message Lanes (Enter sends, Shift+Enter adds a line)")
+        self.setAccessibleName("Message")
+        self.setTabChangesFocus(True)
+        self.setMaximumHeight(140)
+
+    def keyPressEvent(self, event: QKeyEvent) -> None:
+        enter = event.key() in (Qt.Key.Key_Return, Qt.Key.Key_Enter)
+        if enter and not (event.modifiers() & Qt.KeyboardModifier.ShiftModifier):
+            text = self.toPlainText()
+            if text.strip():
+                self.submitted.emit(text)
+            return
+        super().keyPressEvent(event)

@@ -1,0 +1,264 @@
+"""The window's one link to the engine and the store: ``ChatService`` calls turned into Qt signals.
+
+Every database call runs on the service's store thread and every reply on its own thread; results
+come back here as queued signals, so the GUI thread only ever waits for Qt. Streamed text is
+collected per reply and announced at most ~30 times a second (``liveUpdated``), whatever the rate
+of rounds, so views repaint at that pace.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from PySide6.QtCore import QObject, QTimer, Signal, Slot
+
+from engine.engine import Engine, ModelInfo
+from engine.events import Failed, Finished, Tokens
+from engine.spans import origin_spans
+from engine.store.records import Conversation, ConversationSummary, Message
+from engine.store.service import ChatService, ReplyBegun, ReplySaved, ServiceEvent
+from engine.store.session import ReplySettings
+from engine.store.store import Store
+
+log = logging.getLogger(__name__)
+REPAINT_MS = 33  # ~30 repaints a second at most, however fast tokens arrive
+
+
+@dataclass
+class LiveReply:
+    """A reply being streamed, as the views show it."""
+
+    conversation_id: int
+    message_id: int | None = None
+    text: str = ""
+    spans: list[tuple[str, str]] = field(default_factory=list)
+    user_message: Message | None = None
+    error: str | None = None
+
+
+class ChatController(QObject):
+    modelLoaded = Signal(object)  # ModelInfo
+    modelFailed = Signal(str)
+    conversationsChanged = Signal()
+    replyStarted = Signal(int)  # conversation id: its user message and empty reply are saved
+    liveUpdated = Signal(object)  # set of conversation ids whose streamed text changed
+    replyFinished = Signal(int, object)  # conversation id, the saved Message
+    replyFailed = Signal(int, str)  # conversation id, why (the reply could not start or broke)
+    generatingChanged = Signal(object)  # set of conversation ids generating now
+    storeError = Signal(str)
+
+    _serviceEvent = Signal(object)
+    _futureDone = Signal(object, object)
+
+    def __init__(self, data_path: Path, model: str | None = None,
+                 engine_factory: Callable[[str | None], Engine] = Engine, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self.data_path = data_path
+        self.model_spec = model
+        self.info: ModelInfo | None = None
+        self.load_error: str | None = None  # why the model failed to load, until another is chosen
+        self.live: dict[int, LiveReply] = {}
+        self._dirty: set[int] = set()
+        self._tasks: dict[int, Any] = {}
+        self._decode: Callable[[list[int]], str] | None = None
+        self._serviceEvent.connect(self._on_service_event)
+        self._futureDone.connect(self._on_future_done)
+        self._timer = QTimer(self)
+        self._timer.setInterval(REPAINT_MS)
+        self._timer.timeout.connect(self._flush)
+        self._timer.start()
+        self.service = ChatService(data_path, model, engine_factory)
+        self._watch_model()
+
+    # -- futures back on the GUI thread ---------------------------------------------------------
+    def when_done(self, fut: Future[Any], on_result: Callable[[Any], None],
+                  on_error: Callable[[BaseException], None] | None = None) -> None:
+        """Call ``on_result(value)`` (or ``on_error(exc)``) on the GUI thread when ``fut`` resolves."""
+        fut.add_done_callback(lambda f: self._futureDone.emit(f, (on_result, on_error)))
+
+    @Slot(object, object)
+    def _on_future_done(self, fut: Future[Any], callbacks: tuple[Callable[..., None], Any]) -> None:
+        on_result, on_error = callbacks
+        exc = fut.exception()
+        if exc is None:
+            on_result(fut.result())
+        elif on_error is not None:
+            on_error(exc)
+        else:
+            self.storeError.emit(str(exc))
+
+    def store_call(self, fn: Callable[[Store], Any], on_result: Callable[[Any], None] = lambda _r: None,
+                   on_error: Callable[[BaseException], None] | None = None) -> None:
+        self.when_done(self.service.store.submit(fn), on_result, on_error)
+
+    # -- the model -------------------------------------------------------------------------------
+    def _watch_model(self) -> None:
+        engine = self.service.engine
+        self.when_done(engine.loaded, lambda info: self._loaded(engine, info),
+                       lambda exc: self._load_failed(engine, exc))
+
+    def _load_failed(self, engine: Engine, exc: BaseException) -> None:
+        if engine is self.service.engine:
+            self.load_error = str(exc)
+            self.modelFailed.emit(self.load_error)
+
+    def _loaded(self, engine: Engine, info: ModelInfo) -> None:
+        if engine is not self.service.engine:
+            return  # a model replaced before it finished loading
+        self.info = info
+        self.modelLoaded.emit(info)
+
+        def tokenizer_ready(tokenizer: Any) -> None:
+            if engine is self.service.engine:
+                self._decode = tokenizer.decode
+
+        # Asked for on the store thread: the engine thread may be mid-round, and the GUI never waits.
+        self.store_call(lambda _s: engine.run_sync(lambda sched: sched.tokenizer, timeout=60), tokenizer_ready)
+        self.when_done(self.service.load_recall(), lambda _n: None)
+
+    def switch_model(self, model: str | None) -> None:
+        """Load another model; replies running now are stopped and saved first."""
+        self.info = None
+        self.load_error = None
+        self._decode = None
+        self.model_spec = model
+        self.service.switch_model(model)
+        self._watch_model()
+
+    # -- conversations ---------------------------------------------------------------------------
+    def list_conversations(self, offset: int, limit: int, on_result: Callable[[list[ConversationSummary]], None]) -> None:
+        self.store_call(lambda s: s.list_conversations(limit, offset), on_result)
+
+    def search(self, text: str, on_result: Callable[[list[ConversationSummary]], None]) -> None:
+        self.store_call(lambda s: s.search(text, 200), on_result)
+
+    def load_conversation(self, conversation_id: int,
+                          on_result: Callable[[tuple[Conversation, list[Message]]], None]) -> None:
+        self.store_call(lambda s: (s.conversation(conversation_id), s.messages(conversation_id)), on_result)
+
+    def new_conversation(self, system_prompt: str, settings: ReplySettings,
+                         on_result: Callable[[Conversation], None]) -> None:
+        model = self.info.name if self.info else (self.model_spec or "")
+
+        def create(s: Store) -> Conversation:
+            return s.create_conversation(model=model, system_prompt=system_prompt, settings=settings.as_dict())
+
+        self.store_call(create, lambda conv: (self.conversationsChanged.emit(), on_result(conv)))
+
+    def rename(self, conversation_id: int, title: str) -> None:
+        self.store_call(lambda s: s.update_conversation(conversation_id, title=title),
+                        lambda _c: self.conversationsChanged.emit())
+
+    def delete(self, conversation_id: int, on_done: Callable[[], None] = lambda: None) -> None:
+        self.stop(conversation_id)
+
+        def gone(_r: object) -> None:
+            self.conversationsChanged.emit()
+            on_done()
+
+        if self.info is None:
+            self.store_call(lambda s: s.delete_conversation(conversation_id), gone)
+        else:
+            self.when_done(self.service.session_call(lambda cs: cs.delete_conversation(conversation_id)), gone,
+                           lambda exc: self.storeError.emit(str(exc)))
+
+    def set_recall_other_conversations(self, on: bool) -> None:
+        from engine.store.store import RECALL_SETTING
+
+        self.store_call(lambda s: s.set_setting(RECALL_SETTING, on))
+
+    # -- replies ---------------------------------------------------------------------------------
+    def generating(self) -> set[int]:
+        return set(self._tasks)
+
+    def send(self, conversation_id: int, text: str, settings: ReplySettings) -> None:
+        self._start(conversation_id, text, settings, resend=False)
+
+    def regenerate(self, conversation_id: int, settings: ReplySettings) -> None:
+        """Answer the last user message again (the last reply is replaced)."""
+        self._start(conversation_id, None, settings, resend=True)
+
+    def edit_last(self, conversation_id: int, text: str, settings: ReplySettings) -> None:
+        """Change the last user message and answer it again."""
+        self._start(conversation_id, text, settings, resend=True)
+
+    def _start(self, conversation_id: int, text: str | None, settings: ReplySettings, resend: bool) -> None:
+        if conversation_id in self._tasks:
+            return  # one reply at a time per conversation
+        self.live[conversation_id] = LiveReply(conversation_id)
+        task = self.service.start_reply(conversation_id, text, settings, self._serviceEvent.emit, resend=resend)
+        self._tasks[conversation_id] = task
+        self.when_done(task.done, lambda _m: None, lambda exc: self._failed_to_run(conversation_id, exc))
+        self.generatingChanged.emit(self.generating())
+
+    def stop(self, conversation_id: int) -> None:
+        task = self._tasks.get(conversation_id)
+        if task is not None:
+            task.cancel()
+
+    def _failed_to_run(self, conversation_id: int, exc: BaseException) -> None:
+        self._tasks.pop(conversation_id, None)
+        self.live.pop(conversation_id, None)
+        self.generatingChanged.emit(self.generating())
+        self.replyFailed.emit(conversation_id, str(exc))
+        self.conversationsChanged.emit()
+
+    @Slot(object)
+    def _on_service_event(self, ev: ServiceEvent) -> None:
+        if isinstance(ev, ReplyBegun):
+            live = self.live.setdefault(ev.conversation_id, LiveReply(ev.conversation_id))
+            live.message_id, live.user_message = ev.message_id, ev.user_message
+            self.replyStarted.emit(ev.conversation_id)
+            self.conversationsChanged.emit()
+        elif isinstance(ev, Tokens):
+            live = self._live_for(ev.request_id)
+            if live is not None and ev.text:
+                live.text += ev.text
+                live.spans.extend(self._spans(ev))
+                self._dirty.add(live.conversation_id)
+        elif isinstance(ev, Failed):
+            live = self._live_for(ev.request_id)
+            if live is not None:
+                live.error = ev.message
+        elif isinstance(ev, ReplySaved):
+            self._tasks.pop(ev.conversation_id, None)
+            self.live.pop(ev.conversation_id, None)
+            self._dirty.discard(ev.conversation_id)
+            self.generatingChanged.emit(self.generating())
+            self.replyFinished.emit(ev.conversation_id, ev.message)
+            self.conversationsChanged.emit()
+        elif isinstance(ev, Finished):
+            pass  # ReplySaved follows with the saved message
+
+    def _live_for(self, request_id: str) -> LiveReply | None:
+        for cid, task in self._tasks.items():
+            reply = task._reply
+            if reply is not None and reply.handle.id == request_id:
+                return self.live.get(cid)
+        return None
+
+    def _spans(self, ev: Tokens) -> list[tuple[str, str]]:
+        if self._decode is None:
+            return [(ev.text, "model")]
+        return origin_spans(self._decode, ev.tokens, ev.origins, ev.text)
+
+    def spans_for(self, message: Message) -> list[tuple[str, str]]:
+        """A saved reply's text by origin (one model run when tokens are unknown)."""
+        if self._decode is None or message.tokens is None or message.origins is None:
+            return [(message.content, "model")] if message.content else []
+        return origin_spans(self._decode, message.tokens, message.origins, message.content)
+
+    def _flush(self) -> None:
+        if self._dirty:
+            dirty, self._dirty = self._dirty, set()
+            self.liveUpdated.emit(dirty)
+
+    def close(self) -> None:
+        """Stop and save every reply (as partial), join every thread."""
+        self._timer.stop()
+        self.service.close()

@@ -1,0 +1,352 @@
+"""The main window: sidebar, chat, composer, menus, and the model's load state."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from PySide6.QtCore import QByteArray, QTimer
+from PySide6.QtGui import QAction, QCloseEvent, QKeySequence
+from PySide6.QtWidgets import (
+    QFileDialog,
+    QHBoxLayout,
+    QInputDialog,
+    QLabel,
+    QMainWindow,
+    QMenu,
+    QMessageBox,
+    QProgressBar,
+    QPushButton,
+    QSplitter,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.chat_view import ChatView, Composer
+from app.controller import ChatController
+from app.preferences import Preferences, save_preferences
+from app.settings_dialog import SettingsDialog
+from app.sidebar import Sidebar
+from app.theme import OriginLegend
+from engine.engine import ModelInfo
+from engine.store.records import Conversation, Message
+
+
+class MainWindow(QMainWindow):
+    def __init__(self, controller: ChatController, prefs: Preferences, prefs_path: Path | None = None) -> None:
+        super().__init__()
+        self.controller = controller
+        self.prefs = prefs
+        self.prefs_path = prefs_path
+        self.current: int | None = None
+        self._load_started = time.monotonic()
+        self.setWindowTitle("Lanes")
+        self.resize(1100, 760)
+
+        self.sidebar = Sidebar(controller)
+        self.title = QLabel("New conversation")
+        self.title.setStyleSheet("font-size: 15px; font-weight: 600;")
+        self.title.setAccessibleName("Conversation title")
+        self.legend = OriginLegend()
+        self.legend.setVisible(prefs.show_origins)
+        self.chat = ChatView()
+        self.chat.spans_for = controller.spans_for
+        self.chat.show_origins = prefs.show_origins
+        self.composer = Composer()
+        self.send_button = QPushButton("Send")
+        self.send_button.setAccessibleName("Send message")
+        self.stop_button = QPushButton("Stop")
+        self.stop_button.setAccessibleName("Stop the reply")
+        self.stop_button.setToolTip("Stop the reply (Esc)")
+
+        right = QWidget()
+        col = QVBoxLayout(right)
+        col.setContentsMargins(8, 8, 8, 8)
+        col.addWidget(self.title)
+        col.addWidget(self.legend)
+        col.addWidget(self.chat, 1)
+        row = QHBoxLayout()
+        row.addWidget(self.composer, 1)
+        buttons = QVBoxLayout()
+        buttons.addWidget(self.send_button)
+        buttons.addWidget(self.stop_button)
+        buttons.addStretch(1)
+        row.addLayout(buttons)
+        col.addLayout(row)
+        split = QSplitter()
+        split.addWidget(self.sidebar)
+        split.addWidget(right)
+        split.setStretchFactor(1, 1)
+        split.setSizes([280, 820])
+        self.setCentralWidget(split)
+
+        self.model_label = QLabel("Loading model…")
+        self.model_label.setAccessibleName("Model status")
+        self.progress = QProgressBar()
+        self.progress.setRange(0, 0)  # busy: loading has no measurable steps
+        self.progress.setMaximumWidth(160)
+        self.progress.setAccessibleName("Model loading")
+        self.generating_label = QLabel()
+        self.generating_label.setAccessibleName("Generating")
+        self.statusBar().addWidget(self.model_label)
+        self.statusBar().addWidget(self.progress)
+        self.statusBar().addPermanentWidget(self.generating_label)
+        self._load_timer = QTimer(self, interval=250)
+        self._load_timer.timeout.connect(self._tick_loading)
+        self._load_timer.start()
+
+        self._build_menus()
+        self._connect()
+        self._set_model_ready(False)
+        if controller.info is not None:  # loaded (or failed) before this window was listening
+            self._model_loaded(controller.info)
+        elif controller.load_error is not None:
+            QTimer.singleShot(0, lambda: self._model_failed(controller.load_error or ""))
+        if prefs.window_geometry:
+            self.restoreGeometry(QByteArray.fromBase64(prefs.window_geometry.encode()))
+
+    # -- menus and shortcuts ---------------------------------------------------------------------
+    def _action(self, menu_name: str, text: str, slot: Callable[[], object],
+                shortcut: QKeySequence | QKeySequence.StandardKey | str | None = None) -> QAction:
+        menu = self._menus.get(menu_name) or self.menuBar().addMenu(menu_name)
+        self._menus[menu_name] = menu
+        action = QAction(text, self)
+        if shortcut is not None:
+            action.setShortcut(QKeySequence(shortcut))
+        action.triggered.connect(slot)
+        menu.addAction(action)
+        return action
+
+    def _build_menus(self) -> None:
+        self._menus: dict[str, QMenu] = {}
+        sk = QKeySequence.StandardKey
+        self.new_action = self._action("&File", "New Conversation", self.new_conversation, sk.New)
+        self._action("&File", "Export Conversation…", self.export_current, "Ctrl+E")
+        self._action("&File", "Export All Conversations…", self.export_all, "Ctrl+Shift+E")
+        self.settings_action = self._action("&File", "Settings…", self.open_settings, sk.Preferences)
+        if self.settings_action.shortcut().isEmpty():  # Linux/Windows have no standard one
+            self.settings_action.setShortcut(QKeySequence("Ctrl+,"))
+        self.settings_action.setMenuRole(QAction.MenuRole.PreferencesRole)
+        quit_action = self._action("&File", "Quit", self.close, sk.Quit)
+        quit_action.setMenuRole(QAction.MenuRole.QuitRole)
+        self._action("&Edit", "Search Conversations", self.sidebar.focus_search, sk.Find)
+        self.stop_action = self._action("&Conversation", "Stop Reply", self.stop, "Esc")
+        self.regenerate_action = self._action("&Conversation", "Regenerate Last Reply", self.regenerate, "Ctrl+R")
+        self._action("&Conversation", "Edit Last Message…", self.edit_last, "Ctrl+Shift+R")
+        self._action("&Conversation", "Rename…", lambda: self.current and self.sidebar.rename(self.current))
+        self._action("&Conversation", "Delete…", self.sidebar.delete_current)
+        self.origins_action = self._action("&View", "Colour Tokens by Origin", self.toggle_origins, "Ctrl+Shift+O")
+        self.origins_action.setCheckable(True)
+        self.origins_action.setChecked(self.prefs.show_origins)
+
+    def _connect(self) -> None:
+        c = self.controller
+        c.modelLoaded.connect(self._model_loaded)
+        c.modelFailed.connect(self._model_failed)
+        c.replyStarted.connect(self._reply_started)
+        c.liveUpdated.connect(self._live_updated)
+        c.replyFinished.connect(self._reply_finished)
+        c.replyFailed.connect(self._reply_failed)
+        c.generatingChanged.connect(self._generating_changed)
+        c.storeError.connect(lambda msg: self.statusBar().showMessage(msg, 8000))
+        self.sidebar.conversationSelected.connect(self.open_conversation)
+        self.sidebar.newRequested.connect(self.new_conversation)
+        self.sidebar.conversationDeleted.connect(self._deleted)
+        self.composer.submitted.connect(self.send)
+        self.send_button.clicked.connect(lambda: self.send(self.composer.toPlainText()))
+        self.stop_button.clicked.connect(self.stop)
+        self.chat.retryRequested.connect(self.regenerate)
+
+    # -- model -----------------------------------------------------------------------------------
+    def _tick_loading(self) -> None:
+        self.model_label.setText(f"Loading model… {time.monotonic() - self._load_started:.0f} s")
+
+    def _set_model_ready(self, ready: bool) -> None:
+        self.send_button.setEnabled(ready)
+        self.regenerate_action.setEnabled(ready)
+        self.composer.setPlaceholderText("Message Lanes (Enter sends, Shift+Enter adds a line)" if ready
+                                         else "Loading the model… you can type already")
+
+    def _model_loaded(self, info: ModelInfo) -> None:
+        self._load_timer.stop()
+        self.progress.hide()
+        self.model_label.setText(f"{info.name} · {info.device}")
+        self._set_model_ready(True)
+        self._update_stop()
+
+    def _model_failed(self, reason: str) -> None:
+        self._load_timer.stop()
+        self.progress.hide()
+        self.model_label.setText("No model loaded")
+        self._set_model_ready(False)
+        QMessageBox.warning(self, "The model could not be loaded",
+                            f"{reason}\n\nChoose another model in Settings.")
+
+    # -- conversations ---------------------------------------------------------------------------
+    def new_conversation(self) -> None:
+        self.current = None
+        self.title.setText("New conversation")
+        self.chat.set_messages([])
+        self.sidebar.list.clearSelection()
+        self.sidebar.list.setCurrentIndex(self.sidebar.model.index(-1))
+        self.composer.setFocus()
+        self._update_stop()
+
+    def open_conversation(self, conversation_id: int) -> None:
+        if conversation_id == self.current:
+            return
+        self.current = conversation_id
+        self.controller.load_conversation(conversation_id, self._show)
+
+    def _show(self, loaded: tuple[Conversation, list[Message]]) -> None:
+        conv, messages = loaded
+        if conv.id != self.current:
+            return  # another conversation was chosen meanwhile
+        self.title.setText(conv.title or "New conversation")
+        self.chat.set_messages(messages)
+        live = self.controller.live.get(conv.id)
+        if live is not None and live.message_id is not None:
+            w = self.chat.widget_for(live.message_id)
+            if w is not None:
+                w.set_live(live.text, live.spans)
+        self._update_stop()
+
+    def _deleted(self, conversation_id: int) -> None:
+        if conversation_id == self.current:
+            self.new_conversation()
+
+    # -- replies ---------------------------------------------------------------------------------
+    def send(self, text: str) -> None:
+        if not text.strip() or self.controller.info is None:
+            return
+        if self.current is not None and self.current in self.controller.generating():
+            self.statusBar().showMessage("This conversation is still replying: stop it first (Esc)", 5000)
+            return
+        self.composer.clear()
+        settings = self.prefs.reply_settings()
+        if self.current is None:
+            def created(conv: Conversation) -> None:
+                self.current = conv.id
+                self.controller.send(conv.id, text, settings)
+
+            self.controller.new_conversation(self.prefs.system_prompt, settings, created)
+        else:
+            self.controller.send(self.current, text, settings)
+
+    def stop(self) -> None:
+        if self.current is not None:
+            self.controller.stop(self.current)
+
+    def regenerate(self) -> None:
+        if self.current is not None and self.controller.info is not None:
+            self.controller.regenerate(self.current, self.prefs.reply_settings())
+
+    def edit_last(self) -> None:
+        if self.current is None or self.controller.info is None:
+            return
+        last = next((w.message for w in reversed(self.chat.widgets) if w.message.role == "user"), None)
+        if last is None:
+            return
+        text, ok = QInputDialog.getMultiLineText(self, "Edit Last Message", "Message:", last.content)
+        if ok and text.strip():
+            self.controller.edit_last(self.current, text, self.prefs.reply_settings())
+
+    def _reply_started(self, conversation_id: int) -> None:
+        if conversation_id == self.current:
+            self.controller.load_conversation(conversation_id, self._show)
+        else:
+            self.sidebar.model.reload()
+
+    def _live_updated(self, ids: set[int]) -> None:
+        if self.current in ids:
+            live = self.controller.live.get(self.current)
+            if live is not None and live.message_id is not None:
+                w = self.chat.widget_for(live.message_id)
+                if w is not None:
+                    w.set_live(live.text, live.spans)
+
+    def _reply_finished(self, conversation_id: int, message: Message) -> None:
+        if conversation_id == self.current:
+            w = self.chat.widget_for(message.id)
+            if w is not None:
+                w.update_message(message)
+            else:
+                self.controller.load_conversation(conversation_id, self._show)
+        self._update_stop()
+
+    def _reply_failed(self, conversation_id: int, reason: str) -> None:
+        self.statusBar().showMessage(f"The reply could not run: {reason}", 10000)
+        if conversation_id == self.current:
+            self.controller.load_conversation(conversation_id, self._show)
+
+    def _generating_changed(self, ids: set[int]) -> None:
+        n = len(ids)
+        self.generating_label.setText(f"Generating in {n} conversation{'s' if n != 1 else ''}" if n else "")
+        self._update_stop()
+
+    def _update_stop(self) -> None:
+        busy = self.current is not None and self.current in self.controller.generating()
+        self.stop_button.setEnabled(busy)
+        self.stop_action.setEnabled(busy)
+
+    # -- view, export, settings ------------------------------------------------------------------
+    def toggle_origins(self, on: bool) -> None:
+        self.prefs.show_origins = on
+        self.legend.setVisible(on)
+        self.chat.set_show_origins(on)
+        self._save_prefs()
+
+    def export_current(self) -> None:
+        if self.current is None:
+            return
+        path, chosen = QFileDialog.getSaveFileName(
+            self, "Export Conversation", f"conversation-{self.current}.md",
+            "Markdown (*.md);;JSON (*.json);;HTML (*.html)")
+        if path:
+            fmt = {"JSON (*.json)": "json", "HTML (*.html)": "html"}.get(chosen, Path(path).suffix.lstrip(".") or "md")
+            self._export(self.current, fmt if fmt in ("md", "json", "html") else "md", Path(path))
+
+    def export_all(self) -> None:
+        folder = QFileDialog.getExistingDirectory(self, "Export All Conversations (JSON)")
+        if folder:
+            self._export(None, "json", Path(folder))
+
+    def _export(self, conversation_id: int | None, fmt: str, path: Path) -> None:
+        from app.exporting import export_to
+
+        self.controller.store_call(
+            lambda store: export_to(store, conversation_id, fmt, path),
+            lambda n: self.statusBar().showMessage(f"Exported {n} conversation{'s' if n != 1 else ''} to {path}", 8000),
+            lambda exc: QMessageBox.warning(self, "Export failed", str(exc)))
+
+    def open_settings(self) -> None:
+        dialog = SettingsDialog(self.prefs, self)
+        if not dialog.exec():
+            return
+        new = dialog.preferences()
+        old_model, old_recall = self.prefs.model, self.prefs.recall_other_conversations
+        new.show_origins, new.window_geometry = self.prefs.show_origins, self.prefs.window_geometry
+        self.prefs = new
+        self._save_prefs()
+        if new.recall_other_conversations != old_recall:
+            self.controller.set_recall_other_conversations(new.recall_other_conversations)
+        if new.model != old_model:
+            self._load_started = time.monotonic()
+            self.progress.show()
+            self._load_timer.start()
+            self._set_model_ready(False)
+            self.controller.switch_model(new.model)
+
+    def _save_prefs(self) -> None:
+        try:
+            save_preferences(self.prefs, self.prefs_path)
+        except OSError as exc:
+            self.statusBar().showMessage(f"Settings could not be saved: {exc}", 8000)
+
+    def closeEvent(self, event: QCloseEvent) -> None:
+        self.prefs.window_geometry = bytes(self.saveGeometry().toBase64().data()).decode()
+        self._save_prefs()
+        self.hide()
+        self.controller.close()  # stops and saves every reply as partial, joins every thread
+        event.accept()

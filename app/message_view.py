@@ -1,0 +1,338 @@
+"""One chat message: a read-only text view that grows to fit its text, so many can be stacked in a
+scroll area. It shows either Markdown (Qt's importer, raw HTML off, fenced code coloured by pygments)
+or plain text with each run tinted by where it came from (see ``app.theme.origin_background``)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from contextlib import contextmanager
+from functools import lru_cache
+
+from pygments.lexer import Lexer
+from pygments.lexers import TextLexer, get_lexer_by_name, get_lexer_for_filename
+from pygments.style import StyleMeta
+from pygments.styles import get_style_by_name
+from pygments.token import Token, _TokenType
+from pygments.util import ClassNotFound
+from PySide6.QtCore import QEvent, QSize, Qt, QUrl
+from PySide6.QtGui import (
+    QColor,
+    QDesktopServices,
+    QFont,
+    QImage,
+    QResizeEvent,
+    QSyntaxHighlighter,
+    QTextBlock,
+    QTextBlockFormat,
+    QTextCharFormat,
+    QTextCursor,
+    QTextDocument,
+    QTextFormat,
+    QTextOption,
+    QWheelEvent,
+)
+from PySide6.QtWidgets import QFrame, QSizePolicy, QTextBrowser, QWidget
+
+from app.theme import ORIGIN_LABELS, code_background, code_font, is_dark, origin_background
+
+MARKDOWN_FEATURES = (
+    QTextDocument.MarkdownFeature.MarkdownDialectGitHub | QTextDocument.MarkdownFeature.MarkdownNoHTML
+)
+LINK_SCHEMES = frozenset({"http", "https", "mailto"})
+_PYGMENTS_STYLES = {False: "default", True: "monokai"}  # light, dark
+_LANGUAGE = QTextFormat.Property.BlockCodeLanguage
+_FENCE = QTextFormat.Property.BlockCodeFence
+
+Line = tuple[tuple[int, int, _TokenType], ...]  # (start, length, token type), in UTF-16 units
+
+
+def open_link(url: QUrl) -> bool:
+    """Open a clicked link in the system's handler; only web and mail links, never files or apps."""
+    if url.scheme().lower() not in LINK_SCHEMES:
+        return False
+    return QDesktopServices.openUrl(url)
+
+
+@lru_cache(maxsize=64)
+def _lexer(language: str) -> Lexer:
+    """The pygments lexer for a fence's info string (``python``, ``py``, ``rs``...); plain text if unknown.
+
+    No guessing from the code: pygments' guess_lexer takes ~100 ms cold, and changes its mind as a
+    streamed block grows (it calls short Python snippets TeraTerm)."""
+    words = language.strip().lower().split()
+    options = {"stripnl": False, "ensurenl": False}
+    if words:
+        name = words[0].strip("{}.")
+        try:
+            return get_lexer_by_name(name, **options)
+        except ClassNotFound:
+            pass
+        try:
+            return get_lexer_for_filename(f"code.{name}", **options)
+        except ClassNotFound:
+            pass
+    return TextLexer(**options)
+
+
+def _utf16_len(text: str) -> int:
+    return len(text.encode("utf-16-le")) // 2
+
+
+@lru_cache(maxsize=32)
+def _lex_lines(language: str, code: str) -> tuple[Line, ...]:
+    """Token runs of each line of ``code``; the whole block is lexed at once so strings and
+    comments that span lines come out right."""
+    lines: list[list[tuple[int, int, _TokenType]]] = [[]]
+    column = 0
+    for ttype, value in _lexer(language).get_tokens(code):
+        for i, part in enumerate(value.split("\n")):
+            if i:
+                lines.append([])
+                column = 0
+            if part:
+                n = _utf16_len(part)
+                lines[-1].append((column, n, ttype))
+                column += n
+    return tuple(tuple(line) for line in lines)
+
+
+@lru_cache(maxsize=2)
+def _style(dark: bool) -> StyleMeta:
+    return get_style_by_name(_PYGMENTS_STYLES[dark])
+
+
+@lru_cache(maxsize=1024)
+def _token_format(dark: bool, ttype: _TokenType) -> QTextCharFormat | None:
+    """The char format for a token type; None where the style leaves it as plain text, so the
+    palette's own text colour shows (the dark style's base colour is not the palette's)."""
+    style = _style(dark)
+    spec, base = style.style_for_token(ttype), style.style_for_token(Token)
+    fmt = QTextCharFormat()
+    if spec["color"] and spec["color"] != base["color"]:
+        fmt.setForeground(QColor(f"#{spec['color']}"))
+    if spec["bold"] and not base["bold"]:
+        fmt.setFontWeight(QFont.Weight.Bold)
+    if spec["italic"] and not base["italic"]:
+        fmt.setFontItalic(True)
+    return fmt if fmt.properties() else None
+
+
+def _code_key(block: QTextBlock) -> tuple[str, str, int, float] | None:
+    """What makes consecutive blocks one fenced code block; None for anything else."""
+    fmt = block.blockFormat()
+    if not fmt.hasProperty(_FENCE):
+        return None
+    # stringProperty, not property(): PySide6 6.12's property() hands back an unowned None for a
+    # missing property, which crashes the interpreter a few thousand calls later.
+    return (fmt.stringProperty(_LANGUAGE), fmt.stringProperty(_FENCE), fmt.indent(), fmt.leftMargin())
+
+
+class CodeHighlighter(QSyntaxHighlighter):
+    """Colours fenced code blocks from Qt's Markdown importer with pygments.
+
+    Each block's state is its line number inside its fence, so the fence is lexed once (when its first
+    line is highlighted) and later lines take their slice."""
+
+    def __init__(self, document: QTextDocument, dark: bool = False) -> None:
+        super().__init__(document)
+        self.dark = dark
+        self.suspended = False  # set while the document is being rebuilt: one pass afterwards is enough
+        self._start = -1
+        self._lines: tuple[Line, ...] = ()
+
+    def highlightBlock(self, text: str) -> None:
+        if self.suspended:
+            return
+        block = self.currentBlock()
+        key = _code_key(block)
+        if key is None:
+            self.setCurrentBlockState(-1)
+            return
+        previous = self.previousBlockState()
+        index = previous + 1 if previous >= 0 and _code_key(block.previous()) == key else 0
+        self.setCurrentBlockState(index)
+        start = block.blockNumber() - index
+        if index == 0 or start != self._start:
+            self._start, self._lines = start, self._lex_fence(block, index, key)
+        if index < len(self._lines):
+            for column, length, ttype in self._lines[index]:
+                fmt = _token_format(self.dark, ttype)
+                if fmt is not None:
+                    self.setFormat(column, length, fmt)
+
+    @staticmethod
+    def _lex_fence(block: QTextBlock, index: int, key: tuple[str, str, int, float]) -> tuple[Line, ...]:
+        for _ in range(index):
+            block = block.previous()
+        texts = []
+        while block.isValid() and _code_key(block) == key:
+            texts.append(block.text())
+            block = block.next()
+        return _lex_lines(key[0], "\n".join(texts))
+
+
+class MessageView(QTextBrowser):
+    """One chat message, sized to its text: no frame, no background, no scroll bars of its own."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self._source = ""
+        self._spans: list[tuple[str, str]] | None = None  # None: the source is Markdown
+        self._dark = is_dark(self)
+        document = self.document()
+        document.setUndoRedoEnabled(False)  # streaming would otherwise pile up undo steps
+        self._highlighter = CodeHighlighter(document, self._dark)
+
+        self.setReadOnly(True)
+        self.setFrameShape(QFrame.Shape.NoFrame)
+        self.viewport().setAutoFillBackground(False)
+        self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
+        self.setWordWrapMode(QTextOption.WrapMode.WrapAtWordBoundaryOrAnywhere)
+        self.setTextInteractionFlags(
+            Qt.TextInteractionFlag.TextBrowserInteraction | Qt.TextInteractionFlag.TextSelectableByKeyboard
+        )
+        # openLinks must be off too: with it on, QTextBrowser "navigates" to the link and drops the message.
+        self.setOpenLinks(False)
+        self.setOpenExternalLinks(False)
+        self.anchorClicked.connect(open_link)
+        document.documentLayout().documentSizeChanged.connect(self._fit_height)
+        self.setAccessibleName("Message text")
+        self.setAccessibleDescription("The text of one chat message; select it to copy part of it")
+        self._fit_height()
+
+    def set_markdown(self, text: str) -> None:
+        """Show ``text`` as GitHub-flavoured Markdown; raw HTML stays literal text. Cheap enough to call
+        on every streamed update."""
+        if self._spans is None and text == self._source and not self.document().isEmpty():
+            return
+        self._source, self._spans = text, None
+        self._render()
+
+    def set_spans(self, spans: list[tuple[str, str]]) -> None:
+        """Show the message as plain text with each (piece, origin) run tinted by its origin."""
+        spans = list(spans)
+        if spans == self._spans:
+            return
+        self._source, self._spans = "".join(piece for piece, _ in spans), spans
+        self._render()
+
+    def plain_text(self) -> str:
+        """The text last given (Markdown source or the joined spans), for "copy message"."""
+        return self._source
+
+    def sizeHint(self) -> QSize:
+        return QSize(super().sizeHint().width(), self._content_height())
+
+    def loadResource(self, type: int, name: QUrl) -> object:
+        """Load nothing: a message must not show local files or fetch anything. A null QImage, not
+        None: on None QTextDocument falls back to reading local files itself."""
+        return QImage()
+
+    def changeEvent(self, event: QEvent) -> None:
+        super().changeEvent(event)
+        palette_change = event.type() in (QEvent.Type.PaletteChange, QEvent.Type.ApplicationPaletteChange)
+        if palette_change and hasattr(self, "_highlighter"):  # not while QTextBrowser is still being built
+            dark = is_dark(self)
+            if dark != self._dark:
+                self._dark = self._highlighter.dark = dark
+                self._render()
+
+    def resizeEvent(self, event: QResizeEvent) -> None:
+        super().resizeEvent(event)
+        self._fit_height()
+
+    def wheelEvent(self, event: QWheelEvent) -> None:
+        """Never scroll or zoom one message alone: the wheel belongs to the list around it."""
+        event.ignore()
+
+    def _render(self) -> None:
+        document = self.document()
+        with self._view_kept():
+            self._highlighter.suspended = True
+            try:
+                if self._spans is None:
+                    document.setMarkdown(self._source, MARKDOWN_FEATURES)
+                    has_code = _style_code_blocks(document, self._dark)
+                else:
+                    _insert_spans(document, self._spans, self._dark)
+                    has_code = False
+            finally:
+                self._highlighter.suspended = False
+            if has_code:
+                self._highlighter.rehighlight()
+
+    @contextmanager
+    def _view_kept(self) -> Iterator[None]:
+        """Keep a selection the reader is making while the message is replaced under it."""
+        cursor = self.textCursor()
+        anchor, position = (cursor.anchor(), cursor.position()) if cursor.hasSelection() else (-1, -1)
+        yield
+        if anchor >= 0:
+            end = self.document().characterCount() - 1
+            cursor = QTextCursor(self.document())
+            cursor.setPosition(min(anchor, end))
+            cursor.setPosition(min(position, end), QTextCursor.MoveMode.KeepAnchor)
+            self.setTextCursor(cursor)
+        self._fit_height()
+        for bar in (self.verticalScrollBar(), self.horizontalScrollBar()):
+            if bar.value():
+                bar.setValue(0)
+
+    def _content_height(self) -> int:
+        margins, viewport = self.contentsMargins(), self.viewportMargins()
+        return (
+            math.ceil(self.document().size().height())
+            + margins.top()
+            + margins.bottom()
+            + viewport.top()
+            + viewport.bottom()
+        )
+
+    def _fit_height(self) -> None:
+        height = self._content_height()
+        if self.minimumHeight() != height or self.maximumHeight() != height:
+            self.setFixedHeight(height)  # also tells the layout around it
+
+
+def _style_code_blocks(document: QTextDocument, dark: bool) -> bool:
+    """Give code blocks (fenced and indented) the code font and a tint, and let long lines wrap
+    rather than be cut off (the view has no horizontal scroll bar). Returns whether there were any."""
+    block_format = QTextBlockFormat()
+    block_format.setBackground(code_background(dark))
+    block_format.setNonBreakableLines(False)
+    char_format = QTextCharFormat()
+    char_format.setFontFamilies(code_font().families())
+    char_format.setFontFixedPitch(True)
+    cursor = QTextCursor(document)
+    found = False
+    block = document.begin()
+    while block.isValid():
+        if block.blockFormat().hasProperty(_LANGUAGE):
+            if not found:
+                cursor.beginEditBlock()
+                found = True
+            cursor.setPosition(block.position())
+            cursor.movePosition(QTextCursor.MoveOperation.EndOfBlock, QTextCursor.MoveMode.KeepAnchor)
+            cursor.mergeBlockFormat(block_format)
+            cursor.mergeCharFormat(char_format)
+        block = block.next()
+    if found:
+        cursor.endEditBlock()
+    return found
+
+
+def _insert_spans(document: QTextDocument, spans: list[tuple[str, str]], dark: bool) -> None:
+    document.clear()
+    cursor = QTextCursor(document)
+    cursor.beginEditBlock()
+    for piece, origin in spans:
+        fmt = QTextCharFormat()
+        background = origin_background(origin, dark)
+        if background is not None:
+            fmt.setBackground(background)
+            fmt.setToolTip(ORIGIN_LABELS.get(origin, origin))
+        cursor.insertText(piece, fmt)
+    cursor.endEditBlock()

@@ -1,0 +1,266 @@
+"""The chat window driven with pytest-qt, on a scripted fake engine (tests/fake_engine.py) and the
+real store; tests/test_ui_e2e.py drives it on the real model."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QKeySequence
+from PySide6.QtWidgets import QAbstractButton, QLineEdit, QListView, QMessageBox, QPlainTextEdit
+
+from app.controller import ChatController
+from app.main_window import MainWindow
+from app.preferences import Preferences
+from engine.store.store import Store
+from tests.fake_engine import FakeEngine
+
+
+@pytest.fixture
+def make_window(qtbot, tmp_path: Path) -> Iterator[Callable[..., MainWindow]]:
+    windows: list[MainWindow] = []
+
+    def make(delay: float = 0.01, fail_models: tuple[str, ...] = (), **prefs) -> MainWindow:
+        factory = lambda model: FakeEngine(model, delay, fail_load=f"no model at {model}"  # noqa: E731
+                                           if model in fail_models else None)
+        controller = ChatController(tmp_path / "lanes.db", prefs.get("model"), engine_factory=factory)
+        w = MainWindow(controller, Preferences(**prefs), tmp_path / "prefs.json")
+        qtbot.addWidget(w)
+        w.show()
+        windows.append(w)
+        return w
+
+    yield make
+    for w in windows:
+        w.close()  # joins the controller's threads (the thread-leak check runs after this)
+
+
+def messages(tmp_path: Path, conversation_id: int):
+    with Store(tmp_path / "lanes.db") as store:
+        return store.messages(conversation_id)
+
+
+def last_reply(w: MainWindow):
+    return w.chat.widgets[-1].message if w.chat.widgets else None
+
+
+def wait_reply_saved(qtbot, w: MainWindow, status: str = "complete") -> None:
+    qtbot.waitUntil(lambda: (m := last_reply(w)) is not None and m.role == "assistant" and m.status == status,
+                    timeout=15000)
+
+
+def test_enter_sends_shift_enter_adds_a_line_and_the_reply_streams_into_the_store(qtbot, make_window,
+                                                                                 tmp_path: Path) -> None:
+    w = make_window()
+    qtbot.waitUntil(lambda: w.send_button.isEnabled())
+    qtbot.keyClicks(w.composer, "first line")
+    qtbot.keyClick(w.composer, Qt.Key.Key_Return, Qt.KeyboardModifier.ShiftModifier)
+    qtbot.keyClicks(w.composer, "second line")
+    assert w.composer.toPlainText() == "first line\nsecond line"  # not sent
+    qtbot.keyClick(w.composer, Qt.Key.Key_Return)
+    assert w.composer.toPlainText() == ""
+    wait_reply_saved(qtbot, w)
+    reply = last_reply(w)
+    assert reply.content == "Echo: first line\nsecond line"
+    assert "tok/s" in w.chat.widgets[-1].stats.text() and "context rows" in w.chat.widgets[-1].stats.text()
+    saved = messages(tmp_path, w.current)
+    assert [(m.role, m.status) for m in saved] == [("user", "complete"), ("assistant", "complete")]
+    assert w.sidebar.model.rows[0].title == "first line"
+
+
+def test_two_conversations_generate_at_once_and_switching_loses_nothing(qtbot, make_window,
+                                                                       tmp_path: Path) -> None:
+    w = make_window(delay=0.005)
+    qtbot.waitUntil(lambda: w.send_button.isEnabled())
+    w.send("A SLOW")
+    qtbot.waitUntil(lambda: w.current is not None and bool(w.controller.generating()))
+    a = w.current
+    w.new_conversation()
+    w.send("B SLOW")
+    qtbot.waitUntil(lambda: len(w.controller.generating()) == 2)
+    b = w.current
+    assert "Generating in 2 conversations" in w.generating_label.text()
+    qtbot.waitUntil(lambda: sum(1 for r in w.sidebar.model.rows if r.id in w.sidebar.model.generating) == 2)
+    w.sidebar.select(a)  # back to A while both stream
+    qtbot.waitUntil(lambda: len(w.chat.widgets) == 2 and w.chat.widgets[0].message.conversation_id == a)
+    shown = w.chat.widgets[-1]
+    qtbot.waitUntil(lambda: len(shown.view.plain_text()) > 30)  # A's stream continues in view
+    qtbot.waitUntil(lambda: not w.controller.generating(), timeout=30000)
+    for cid, text in ((a, "A SLOW"), (b, "B SLOW")):
+        _user, reply = messages(tmp_path, cid)
+        assert reply.status == "complete" and reply.content == "Echo: " + text * 200
+    assert last_reply(w).content == "Echo: " + "A SLOW" * 200  # the view followed to the end
+
+
+def test_esc_stops_the_reply_and_keeps_its_text(qtbot, make_window, tmp_path: Path) -> None:
+    w = make_window()
+    qtbot.waitUntil(lambda: w.send_button.isEnabled())
+    w.send("SLOW story")
+    qtbot.waitUntil(lambda: w.stop_button.isEnabled() and len(w.chat.widgets) == 2
+                    and bool(w.chat.widgets[-1].view.plain_text()))
+    assert w.stop_action.shortcut() == QKeySequence("Esc")
+    w.stop_action.trigger()
+    wait_reply_saved(qtbot, w, status="cancelled")
+    reply = messages(tmp_path, w.current)[-1]
+    assert reply.status == "cancelled" and len(reply.content) > 6 and "Echo: SLOW story".startswith(reply.content)
+    assert "(stopped)" in w.chat.widgets[-1].stats.text()
+    assert not w.stop_button.isEnabled()
+
+
+def test_an_error_shows_in_its_message_with_retry_and_the_others_continue(qtbot, make_window,
+                                                                          tmp_path: Path) -> None:
+    w = make_window(delay=0.005)
+    qtbot.waitUntil(lambda: w.send_button.isEnabled())
+    w.send("ok SLOW")
+    qtbot.waitUntil(lambda: bool(w.controller.generating()))
+    ok = w.current
+    w.new_conversation()
+    w.send("please FAIL")
+    wait_reply_saved(qtbot, w, status="error")
+    widget = w.chat.widgets[-1]
+    assert widget.retry_button.isVisible() and "told to fail" in widget.stats.text()
+    assert ok in w.controller.generating()  # the other reply is still running
+    n = len(w.controller.service.engine.requests)
+    qtbot.mouseClick(widget.retry_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: len(w.controller.service.engine.requests) == n + 1)
+    qtbot.waitUntil(lambda: not w.controller.generating(), timeout=30000)
+    assert messages(tmp_path, ok)[-1].status == "complete"
+
+
+def test_regenerate_replaces_the_last_reply_and_edit_resends(qtbot, make_window, tmp_path: Path) -> None:
+    w = make_window()
+    qtbot.waitUntil(lambda: w.send_button.isEnabled())
+    w.send("one")
+    wait_reply_saved(qtbot, w)
+    w.regenerate_action.trigger()
+    qtbot.waitUntil(lambda: len(w.controller.service.engine.requests) == 2)
+    qtbot.waitUntil(lambda: not w.controller.generating())
+    wait_reply_saved(qtbot, w)
+    assert [m.content for m in messages(tmp_path, w.current)] == ["one", "Echo: one"]
+    w.controller.edit_last(w.current, "two", w.prefs.reply_settings())
+    qtbot.waitUntil(lambda: (m := last_reply(w)) is not None and m.content == "Echo: two" and m.status == "complete")
+    assert [m.content for m in messages(tmp_path, w.current)] == ["two", "Echo: two"]
+
+
+def test_delete_asks_first(qtbot, make_window, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    w = make_window()
+    qtbot.waitUntil(lambda: w.send_button.isEnabled())
+    w.send("keep me?")
+    wait_reply_saved(qtbot, w)
+    cid = w.current
+    qtbot.waitUntil(lambda: w.sidebar.model.row_of(cid) >= 0)
+    monkeypatch.setattr(QMessageBox, "question", lambda *a, **k: QMessageBox.StandardButton.Cancel)
+    w.sidebar.delete(cid)
+    qtbot.wait(100)
+    assert w.sidebar.model.row_of(cid) >= 0
+    monkeypatch.setattr(QMessageBox, "question", lambda *a, **k: QMessageBox.StandardButton.Yes)
+    w.sidebar.delete(cid)
+    qtbot.waitUntil(lambda: w.sidebar.model.row_of(cid) < 0)
+    assert w.current is None and w.chat.widgets == []
+    with Store(tmp_path / "lanes.db") as store:
+        assert store.count_conversations() == 0
+
+
+def test_search_filters_the_sidebar(qtbot, make_window, tmp_path: Path) -> None:
+    with Store(tmp_path / "lanes.db") as store:
+        for title, text in (("Boats", "lighthouse keeper"), ("Cakes", "sponge recipe"), ("Birds", "albatross")):
+            c = store.create_conversation(title=title)
+            store.add_message(c.id, "user", text)
+    w = make_window()
+    qtbot.waitUntil(lambda: len(w.sidebar.model.rows) == 3)
+    w.sidebar.focus_search()
+    qtbot.keyClicks(w.sidebar.search, "sponge")
+    qtbot.waitUntil(lambda: [r.title for r in w.sidebar.model.rows] == ["Cakes"])
+    w.sidebar.search.clear()
+    qtbot.waitUntil(lambda: len(w.sidebar.model.rows) == 3)
+
+
+def test_ten_thousand_conversations_load_a_page_at_a_time(qtbot, make_window, tmp_path: Path) -> None:
+    with Store(tmp_path / "lanes.db") as store, store.write():
+        store.db.conn.executemany(
+            "INSERT INTO conversations (title, created_at, updated_at) VALUES (?, ?, ?)",
+            [(f"Conversation {i}", float(i), float(i)) for i in range(10_000)])
+    w = make_window()
+    qtbot.waitUntil(lambda: len(w.sidebar.model.rows) > 0)
+    assert len(w.sidebar.model.rows) == 200  # only a page: the rest comes as the list scrolls
+    assert w.sidebar.model.rows[0].title == "Conversation 9999"
+    w.sidebar.list.scrollToBottom()
+    qtbot.waitUntil(lambda: len(w.sidebar.model.rows) >= 400)
+
+
+def test_a_model_that_fails_to_load_says_why_and_another_can_be_chosen(qtbot, make_window,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    shown: list[str] = []
+    monkeypatch.setattr(QMessageBox, "warning", lambda _parent, _title, text, *a: shown.append(text))
+    w = make_window(fail_models=("/models/missing",), model="/models/missing")
+    qtbot.waitUntil(lambda: bool(shown))
+    assert "/models/missing" in shown[0] and "Settings" in shown[0]
+    assert not w.send_button.isEnabled() and w.model_label.text() == "No model loaded"
+    w.controller.switch_model(None)
+    qtbot.waitUntil(lambda: w.send_button.isEnabled())
+    assert "Fake-Echo" in w.model_label.text()
+
+
+def test_closing_mid_reply_saves_it_partial(qtbot, make_window, tmp_path: Path) -> None:
+    w = make_window()
+    qtbot.waitUntil(lambda: w.send_button.isEnabled())
+    w.send("SLOW goodbye")
+    qtbot.waitUntil(lambda: len(w.chat.widgets) == 2 and bool(w.chat.widgets[-1].view.plain_text()))
+    cid = w.current
+    w.close()
+    reply = messages(tmp_path, cid)[-1]
+    assert reply.status == "partial" and len(reply.content) > 6 and "Echo: SLOW goodbye".startswith(reply.content)
+    with Store(tmp_path / "lanes.db") as store:
+        assert store.copy_history(cid) == {"context": {"accepted": 3.0, "tested": 4.0}}
+    assert not w.controller.service.tasks
+
+
+def test_streamed_text_repaints_at_most_about_30_times_a_second(qtbot, make_window) -> None:
+    w = make_window(delay=0.0005)  # a token event every half millisecond
+    qtbot.waitUntil(lambda: w.send_button.isEnabled())
+    updates: list[float] = []
+    w.controller.liveUpdated.connect(lambda _ids: updates.append(time.monotonic()))
+    w.send("SLOW " * 5)
+    qtbot.waitUntil(lambda: not w.controller.generating() and bool(updates), timeout=30000)
+    duration = updates[-1] - updates[0]
+    assert duration > 0.5
+    assert len(updates) / duration < 40  # coalesced: 33 ms ticks, not one repaint per event
+
+
+def test_colouring_by_origin_shows_a_legend_and_tints_copied_text(qtbot, make_window) -> None:
+    w = make_window()
+    qtbot.waitUntil(lambda: w.send_button.isEnabled())
+    w.send("copy me")
+    wait_reply_saved(qtbot, w)
+    assert not w.legend.isVisible()
+    w.origins_action.trigger()
+    assert w.legend.isVisible() and w.prefs.show_origins
+    view = w.chat.widgets[-1].view
+    assert view.plain_text() == "Echo: copy me"
+    doc = view.document()
+    backgrounds = set()
+    block = doc.begin()
+    while block.isValid():
+        it = block.begin()
+        while not it.atEnd():
+            frag = it.fragment()
+            backgrounds.add((frag.text(), frag.charFormat().background().style() != Qt.BrushStyle.NoBrush))
+            it += 1
+        block = block.next()
+    assert ("copy me", True) in backgrounds and ("Echo: ", False) in backgrounds
+
+
+def test_every_control_has_an_accessible_name_and_the_shortcuts_exist(make_window) -> None:
+    w = make_window()
+    for cls in (QAbstractButton, QLineEdit, QPlainTextEdit, QListView):
+        for child in w.findChildren(cls):
+            if child.isVisibleTo(w) and not child.objectName().startswith("qt_"):
+                assert child.accessibleName(), f"{cls.__name__} {child.text() if hasattr(child, 'text') else ''}"
+    shortcuts = {a.text(): a.shortcut() for a in w.findChildren(type(w.new_action))}
+    assert shortcuts["New Conversation"] == QKeySequence(QKeySequence.StandardKey.New)
+    assert shortcuts["Search Conversations"] == QKeySequence(QKeySequence.StandardKey.Find)
+    assert not shortcuts["Settings…"].isEmpty() and not shortcuts["Export Conversation…"].isEmpty()
+    assert shortcuts["Stop Reply"] == QKeySequence("Esc")
