@@ -122,13 +122,14 @@ class ChatController(QObject):
         self.when_done(self.service.load_recall(), lambda _n: None)
 
     def switch_model(self, model: str | None) -> None:
-        """Load another model; replies running now are stopped and saved first."""
+        """Load another model; replies running now are stopped and saved first. The old engine is
+        stopped and joined on the store thread, so the window stays responsive meanwhile."""
         self.info = None
         self.load_error = None
         self._decode = None
         self.model_spec = model
-        self.service.switch_model(model)
-        self._watch_model()
+        self.store_call(lambda _s: self.service.switch_model(model), lambda _r: self._watch_model(),
+                        lambda exc: self.modelFailed.emit(str(exc)))
 
     # -- conversations ---------------------------------------------------------------------------
     def list_conversations(self, offset: int, limit: int, on_result: Callable[[list[ConversationSummary]], None]) -> None:

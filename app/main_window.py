@@ -188,8 +188,7 @@ class MainWindow(QMainWindow):
         self.current = None
         self.title.setText("New conversation")
         self.chat.set_messages([])
-        self.sidebar.list.clearSelection()
-        self.sidebar.list.setCurrentIndex(self.sidebar.model.index(-1))
+        self.sidebar.mark_shown(None)
         self.composer.setFocus()
         self._update_stop()
 
@@ -228,6 +227,7 @@ class MainWindow(QMainWindow):
         if self.current is None:
             def created(conv: Conversation) -> None:
                 self.current = conv.id
+                self.sidebar.mark_shown(conv.id)
                 self.controller.send(conv.id, text, settings)
 
             self.controller.new_conversation(self.prefs.system_prompt, settings, created)

@@ -147,6 +147,9 @@ class Sidebar(QWidget):
         self.list.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
         self.list.customContextMenuRequested.connect(self._menu)
         self.list.selectionModel().currentChanged.connect(self._current_changed)
+        self.shown_id: int | None = None  # the conversation the window shows: kept selected across reloads
+        self.model.modelReset.connect(self._reselect)
+        self.model.rowsInserted.connect(lambda *_a: self._reselect())
 
         top = QHBoxLayout()
         top.addWidget(self.search, 1)
@@ -173,9 +176,29 @@ class Sidebar(QWidget):
         return idx.data(IdRole) if idx.isValid() else None
 
     def select(self, conversation_id: int) -> None:
+        """Select (and so open) a conversation."""
+        self.shown_id = conversation_id
         i = self.model.row_of(conversation_id)
         if i >= 0:
             self.list.setCurrentIndex(self.model.index(i))
+
+    def mark_shown(self, conversation_id: int | None) -> None:
+        """The window shows this conversation (or a new, unsaved one): highlight it, open nothing."""
+        self.shown_id = conversation_id
+        self._reselect()
+
+    def _reselect(self) -> None:
+        i = self.model.row_of(self.shown_id) if self.shown_id is not None else -1
+        current = self.list.currentIndex()
+        if i < 0:
+            if current.isValid():
+                self.list.selectionModel().clearCurrentIndex()
+                self.list.clearSelection()
+        elif current.row() != i:
+            self.list.selectionModel().blockSignals(True)  # a reselection opens nothing
+            self.list.setCurrentIndex(self.model.index(i))
+            self.list.selectionModel().blockSignals(False)
+            self.list.viewport().update()
 
     def focus_search(self) -> None:
         self.search.setFocus()
@@ -183,7 +206,8 @@ class Sidebar(QWidget):
 
     def _current_changed(self, current: QModelIndex, _previous: QModelIndex) -> None:
         if current.isValid():
-            self.conversationSelected.emit(current.data(IdRole))
+            self.shown_id = current.data(IdRole)
+            self.conversationSelected.emit(self.shown_id)
 
     def _menu(self, pos: Any) -> None:
         idx = self.list.indexAt(pos)

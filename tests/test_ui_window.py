@@ -73,7 +73,7 @@ def test_enter_sends_shift_enter_adds_a_line_and_the_reply_streams_into_the_stor
 
 def test_two_conversations_generate_at_once_and_switching_loses_nothing(qtbot, make_window,
                                                                        tmp_path: Path) -> None:
-    w = make_window(delay=0.005)
+    w = make_window(delay=0.02)  # each reply takes ~8 s: long enough to switch while both stream
     qtbot.waitUntil(lambda: w.send_button.isEnabled())
     w.send("A SLOW")
     qtbot.waitUntil(lambda: w.current is not None and bool(w.controller.generating()))
@@ -87,6 +87,7 @@ def test_two_conversations_generate_at_once_and_switching_loses_nothing(qtbot, m
     w.sidebar.select(a)  # back to A while both stream
     qtbot.waitUntil(lambda: len(w.chat.widgets) == 2 and w.chat.widgets[0].message.conversation_id == a)
     shown = w.chat.widgets[-1]
+    assert a in w.controller.generating()  # still streaming when shown again
     qtbot.waitUntil(lambda: len(shown.view.plain_text()) > 30)  # A's stream continues in view
     qtbot.waitUntil(lambda: not w.controller.generating(), timeout=30000)
     for cid, text in ((a, "A SLOW"), (b, "B SLOW")):
@@ -105,7 +106,7 @@ def test_esc_stops_the_reply_and_keeps_its_text(qtbot, make_window, tmp_path: Pa
     w.stop_action.trigger()
     wait_reply_saved(qtbot, w, status="cancelled")
     reply = messages(tmp_path, w.current)[-1]
-    assert reply.status == "cancelled" and len(reply.content) > 6 and "Echo: SLOW story".startswith(reply.content)
+    assert reply.status == "cancelled" and len(reply.content) >= 3 and ("Echo: " + "SLOW story" * 200).startswith(reply.content)
     assert "(stopped)" in w.chat.widgets[-1].stats.text()
     assert not w.stop_button.isEnabled()
 
@@ -212,7 +213,7 @@ def test_closing_mid_reply_saves_it_partial(qtbot, make_window, tmp_path: Path) 
     cid = w.current
     w.close()
     reply = messages(tmp_path, cid)[-1]
-    assert reply.status == "partial" and len(reply.content) > 6 and "Echo: SLOW goodbye".startswith(reply.content)
+    assert reply.status == "partial" and len(reply.content) >= 3 and ("Echo: " + "SLOW goodbye" * 200).startswith(reply.content)
     with Store(tmp_path / "lanes.db") as store:
         assert store.copy_history(cid) == {"context": {"accepted": 3.0, "tested": 4.0}}
     assert not w.controller.service.tasks
