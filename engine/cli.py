@@ -1,7 +1,8 @@
 """``lanes``: the command line.
 
 ``ask``/``chat`` talk to the model and save to the store; ``list``/``search``/``export``/``import``/
-``delete``/``recall``/``move-aside`` work on the store alone; ``bench``/``bench-store`` measure.
+``delete``/``recall``/``move-aside`` work on the store alone; ``compare`` runs the own-copy-rates A/B;
+``bench``/``bench-store`` measure.
 """
 
 from __future__ import annotations
@@ -63,6 +64,18 @@ def main(argv: list[str] | None = None) -> int:
     export.add_argument("--force", action="store_true", help="overwrite existing files")
     imp = sub.add_parser("import", parents=[data], help="add conversations from exported JSON files")
     imp.add_argument("files", nargs="+", type=Path)
+
+    compare = sub.add_parser("compare", parents=[data], help="A/B: the same request with own copy rates off and on")
+    target = compare.add_mutually_exclusive_group(required=True)
+    target.add_argument("--prompt", default=None, help="a new single-turn request")
+    target.add_argument("--conversation", type=int, default=None,
+                        help="a stored conversation: answer its last message again (or --message as the next)")
+    compare.add_argument("--message", default=None, help="with --conversation: the next message to answer")
+    compare.add_argument("--repeats", type=int, default=3, help="rounds per side, order alternated (default 3)")
+    compare.add_argument("--max-tokens", type=int, default=256)
+    compare.add_argument("--plain", action="store_true", help="add a third side with no drafts at all")
+    compare.add_argument("--model", default=None, help="model (default: the embedded SmolLM2-135M)")
+    compare.add_argument("--json", type=Path, default=None, help="write the runs and summary here")
 
     delete = sub.add_parser("delete", parents=[data], help="delete conversations with their messages and history")
     delete.add_argument("conversations", nargs="+", type=int)

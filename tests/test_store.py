@@ -10,7 +10,7 @@ import pytest
 from engine.errors import NotFoundError
 from engine.store import paths
 from engine.store.recall import recall_documents
-from engine.store.records import ComparisonSide, pack_tokens, unpack_tokens
+from engine.store.records import ComparisonRun, pack_tokens, unpack_tokens
 from engine.store.store import RECALL_SETTING, Store, fts_query
 
 
@@ -92,12 +92,12 @@ def test_deleting_a_conversation_removes_everything_it_owns(store: Store) -> Non
     for conv in (keep, gone):
         store.add_message(conv.id, "user", f"lighthouse {conv.title}")
         store.save_copy_history(conv.id, {"context": {"accepted": 1.0, "tested": 1.0}})
-        store.add_comparison([{"role": "user", "content": "q"}], [ComparisonSide(True, "a", "complete")],
+        store.add_comparison([{"role": "user", "content": "q"}], [ComparisonRun("on", 0, 0, "a", "complete")],
                              conversation_id=conv.id)
     store.delete_conversation(gone.id)
     count = lambda table: store.db.execute(f"SELECT count(*) FROM {table}").fetchone()[0]  # noqa: E731
     assert (count("conversations"), count("messages"), count("copy_history"), count("comparisons"),
-            count("comparison_sides")) == (1, 1, 1, 1, 1)
+            count("comparison_runs")) == (1, 1, 1, 1, 1)
     assert [c.title for c in store.search("lighthouse")] == ["keep"]
     with pytest.raises(NotFoundError):
         store.delete_conversation(gone.id)
@@ -173,3 +173,21 @@ def test_settings_round_trip(store: Store) -> None:
     store.set_setting("theme", {"dark": False})
     assert store.setting("theme") == {"dark": False}
     assert store.recall_other_conversations is True
+
+
+def test_a_comparison_keeps_every_run_in_order(store: Store) -> None:
+    conv = store.create_conversation()
+    runs = [ComparisonRun("off", 0, 0, "x", "complete", tokens=(1, 2), origins=("model", "context"),
+                          stats={"tokens_per_s": 40.0}),
+            ComparisonRun("on", 0, 1, "x", "complete", rates=({"round": 3, "source": "context", "rate": 0.9},)),
+            ComparisonRun("on", 1, 0, "x", "error", error="boom"),
+            ComparisonRun("off", 1, 1, "", "cancelled")]
+    saved = store.add_comparison([{"role": "user", "content": "q"}], runs, conversation_id=conv.id,
+                                 settings={"repeats": 2}, model="m", copy_history={"context": {"accepted": 1.0,
+                                                                                               "tested": 2.0}})
+    assert saved.runs == tuple(runs)
+    assert (saved.settings, saved.model, saved.copy_history["context"]["tested"]) == ({"repeats": 2}, "m", 2.0)
+    assert [c.id for c in store.comparisons(conv.id)] == [saved.id] == [c.id for c in store.comparisons()]
+    with pytest.raises(Exception, match="UNIQUE"):
+        store.add_comparison([], [runs[0], runs[0]])
+    assert len(store.comparisons()) == 1  # the failed save left nothing behind

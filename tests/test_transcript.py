@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from engine.errors import LanesError
-from engine.store.records import ComparisonSide
+from engine.store.records import ComparisonRun
 from engine.store.render import conversation_to_html, conversation_to_markdown
 from engine.store.store import Store
 from engine.store.transcript import TranscriptError, conversation_to_json, import_conversation
@@ -44,14 +44,22 @@ def build(store: Store) -> int:
                       created_at=1_700_000_011.0)
     store.add_message(cid, "assistant", "", status="error", error="out of memory <b>", created_at=1_700_000_012.0)
     store.save_copy_history(cid, {"context": {"accepted": 5.5, "tested": 7.25}, "recall": {"accepted": 1, "tested": 2}})
-    sides = [
-        ComparisonSide(own_copy_rates=False, content="A", status="complete", stats=STATS, origins=("model",),
-                       tokens=(9,), copy_history_before={"context": {"accepted": 1.0, "tested": 2.0}}),
-        ComparisonSide(own_copy_rates=True, content="B", status="cancelled", error=None, origins=None, tokens=None,
-                       copy_history_after={"recall": {"accepted": 0.5, "tested": 1.0}}),
+    rates = ({"round": 1, "source": "context", "rate": 0.75}, {"round": 3, "source": "recall", "rate": 0.5})
+    runs = [  # two repeats, the order alternated; the last run was cancelled
+        ComparisonRun("off", 0, 0, "The cat.", "complete", stats={**STATS, "tokens_per_s": 40.0},
+                      origins=("model", "context"), tokens=(9, 10),
+                      copy_history_after={"context": {"accepted": 1.0, "tested": 2.0}}),
+        ComparisonRun("on", 0, 1, "The cat.", "complete", stats={**STATS, "tokens_per_s": 46.0},
+                      origins=("model", "recall"), tokens=(9, 10), rates=rates),
+        ComparisonRun("on", 1, 0, "The cat.", "complete", stats={**STATS, "tokens_per_s": 47.0},
+                      origins=("context", "context"), tokens=(9, 10), rates=rates[:1],
+                      copy_history_after={"recall": {"accepted": 0.5, "tested": 1.0}}),
+        ComparisonRun("off", 1, 1, "The", "cancelled"),
     ]
-    store.add_comparison([{"role": "user", "content": "Fix: teh"}], sides, conversation_id=cid,
-                         settings={"temperature": 0.0}, model="SmolLM2", created_at=1_700_000_020.0)
+    store.add_comparison([{"role": "user", "content": "Fix: teh"}], runs, conversation_id=cid,
+                         settings={"temperature": 0.0, "repeats": 2}, model="SmolLM2",
+                         copy_history={"context": {"accepted": 3.0, "tested": 4.0}}, status="cancelled",
+                         created_at=1_700_000_020.0)
     store.db.execute("UPDATE conversations SET updated_at = ? WHERE id = ?", (1_700_000_099.5, cid))
     return cid
 
@@ -62,7 +70,13 @@ def test_json_round_trip_is_lossless(store: Store, tmp_path: Path) -> None:
     assert first["conversation"]["recallable"] is False
     assert first["messages"][1]["origins"] == "mccr" and first["messages"][1]["tokens"] == [504, 2368, 30, -7]
     assert first["copy_history"]["recall"] == {"accepted": 1.0, "tested": 2.0}
-    assert len(first["comparisons"][0]["sides"]) == 2
+    comparison = first["comparisons"][0]
+    assert (comparison["status"], comparison["copy_history"]) == ("cancelled", {"context": {"accepted": 3.0,
+                                                                                            "tested": 4.0}})
+    assert [(r["side"], r["repeat"], r["position"]) for r in comparison["runs"]] == [
+        ("off", 0, 0), ("on", 0, 1), ("on", 1, 0), ("off", 1, 1)]
+    assert comparison["runs"][1]["rates"][1] == {"round": 3, "source": "recall", "rate": 0.5}
+    assert comparison["runs"][0]["rates"] is None and comparison["runs"][1]["origins"] == "mr"
     text = json.dumps(first)
     with Store.open(tmp_path / "other") as other:  # a fresh store, as on another machine
         new = import_conversation(other, json.loads(text), "t.json")
@@ -82,6 +96,9 @@ def test_html_is_self_contained_and_escaped(store: Store) -> None:
     assert "http://" not in page and "https://" not in page and "src=" not in page
     assert "prefers-color-scheme" in page and "pre-wrap" in page
     assert "Typos" in page and "copied 75%" in page and "context 3/4" in page
+    assert ('<tr><th>off</th><td>40.0</td><td>cancelled</td><td>40.0</td></tr>' in page
+            and '<tr><th>on</th><td>46.0</td><td>47.0</td><td>46.5</td></tr>' in page)
+    assert "<li>all 3 complete runs token-equal</li>" in page
 
 
 def test_markdown_has_roles_contents_and_marks(store: Store) -> None:
@@ -95,7 +112,25 @@ def test_markdown_has_roles_contents_and_marks(store: Store) -> None:
     assert "**Error:** out of memory" in md
     assert "6 tokens · 12.0 tok/s" in md and "rows accepted/tested: context 3/4" in md
     assert "not offered to Recall" in md and "temperature=0.0" in md
-    assert "### Own copy rates on (cancelled)" in md
+    assert "## Comparison 1 (cancelled)" in md and "**Request:**\n\nFix: teh\n" in md
+    assert ("| side | round 1 | round 2 | median |\n|---|---|---|---|\n"
+            "| off | 40.0 | cancelled | 40.0 |\n| on | 46.0 | 47.0 | 46.5 |\n") in md
+    assert "- on / off: 1.16x (median tok/s)\n- all 3 complete runs token-equal\n" in md
+
+
+def test_comparison_reports_the_first_token_difference_and_errors(store: Store) -> None:
+    conv = store.create_conversation(title="diff")
+    store.add_comparison([{"role": "user", "content": "q"}], [
+        ComparisonRun("plain", 0, 0, "ab", "complete", stats={"generated": 2, "seconds": 0.1}, tokens=(1, 2)),
+        ComparisonRun("on", 0, 1, "ac", "complete", stats={"tokens_per_s": 30.0}, tokens=(1, 3)),
+        ComparisonRun("on", 1, 0, "", "error", error="<oom> & out"),
+    ], conversation_id=conv.id)
+    md = conversation_to_markdown(store, conv.id)
+    assert "| on | 30.0 | error | 30.0 |\n| plain | 20.0 | – | 20.0 |" in md
+    assert "- complete runs differ: on round 1 has 3 at token 1 where plain round 1 has 2\n" in md
+    assert "- on round 2: error: <oom> & out" in md
+    page = conversation_to_html(store, conv.id)
+    assert "<li>on round 2: error: &lt;oom&gt; &amp; out</li>" in page and "<oom>" not in page
 
 
 def _bad(doc: dict[str, Any], case: str) -> dict[str, Any]:
@@ -110,15 +145,30 @@ def _bad(doc: dict[str, Any], case: str) -> dict[str, Any]:
         d["messages"][1]["origins"] = "mc"
     elif case == "token":
         d["messages"][3]["tokens"] = [1.5]
+    elif case == "run status":
+        d["comparisons"][0]["runs"][1]["status"] = "done"
     elif case == "side":
-        d["comparisons"][0]["sides"][1]["status"] = "done"
+        d["comparisons"][0]["runs"][1]["side"] = "both"
+    elif case == "repeat":
+        d["comparisons"][0]["runs"][2]["repeat"] = -1
+    elif case == "duplicate":
+        d["comparisons"][0]["runs"][3]["side"] = "on"  # a second "on" in repeat 1
+    elif case == "rate":
+        d["comparisons"][0]["runs"][1]["rates"][1]["rate"] = "high"
+    elif case == "rate round":
+        del d["comparisons"][0]["runs"][2]["rates"][0]["round"]
+    elif case == "comparison status":
+        d["comparisons"][0]["status"] = "finished"
     return d
 
 
 @pytest.mark.parametrize(("case", "field"), [
     ("format", "format"), ("version", "version"), ("role", "messages[1].role"),
     ("origins", "messages[1].origins"), ("token", "messages[3].tokens[0]"),
-    ("side", "comparisons[0].sides[1].status"),
+    ("run status", "comparisons[0].runs[1].status"), ("side", "comparisons[0].runs[1].side"),
+    ("repeat", "comparisons[0].runs[2].repeat"), ("duplicate", "comparisons[0].runs[3]"),
+    ("rate", "comparisons[0].runs[1].rates[1].rate"), ("rate round", "comparisons[0].runs[2].rates[0].round"),
+    ("comparison status", "comparisons[0].status"),
 ])
 def test_invalid_import_names_file_and_field_and_writes_nothing(store: Store, case: str, field: str) -> None:
     doc = conversation_to_json(store, build(store))

@@ -11,6 +11,10 @@ def run(args: argparse.Namespace) -> int:
         from engine.store import transcript_cli
 
         return transcript_cli.export_command(args) if cmd == "export" else transcript_cli.import_command(args)
+    if cmd == "compare":
+        from engine.store.compare_cli import compare_command
+
+        return compare_command(args)
     if cmd == "bench-store":
         from engine.store.bench import run_store_bench_cli
 

@@ -100,16 +100,20 @@ class Message:
 
 
 @dataclass(frozen=True)
-class ComparisonSide:
-    own_copy_rates: bool
+class ComparisonRun:
+    """One side of a comparison in one repeat (see engine/compare.py)."""
+
+    side: str  # off / on / plain
+    repeat: int
+    position: int  # order within its repeat
     content: str
     status: Status
     error: str | None = None
     stats: Mapping[str, Any] | None = None
     origins: tuple[str, ...] | None = None
     tokens: tuple[int, ...] | None = None
-    copy_history_before: Mapping[str, Any] | None = None
     copy_history_after: Mapping[str, Any] | None = None
+    rates: tuple[Mapping[str, Any], ...] | None = None  # per round with a window: source and rate
 
 
 @dataclass(frozen=True)
@@ -119,5 +123,7 @@ class Comparison:
     messages: tuple[Mapping[str, str], ...]
     settings: Mapping[str, Any]
     model: str
+    copy_history: Mapping[str, Any] | None
+    status: Status
     created_at: float
-    sides: tuple[ComparisonSide, ...] = field(default=())
+    runs: tuple[ComparisonRun, ...] = field(default=())

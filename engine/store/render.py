@@ -9,7 +9,8 @@ from __future__ import annotations
 import html
 import json
 import math
-from collections.abc import Mapping
+import statistics
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -76,9 +77,88 @@ def _meta(conv: Mapping[str, Any]) -> list[str]:
         "" if conv["recallable"] else "not offered to Recall",
     ) if x)]
     if conv["settings"]:
-        lines.append("Settings: " + ", ".join(
-            f"{k}={v if isinstance(v, str) else json.dumps(v)}" for k, v in sorted(conv["settings"].items())))
+        lines.append(_settings(conv["settings"]))
     return lines
+
+
+def _settings(settings: Mapping[str, Any]) -> str:
+    return "Settings: " + ", ".join(
+        f"{k}={v if isinstance(v, str) else json.dumps(v)}" for k, v in sorted(settings.items()))
+
+
+# -- comparisons: the seed's A/B table (engine/compare.py), from the JSON document's runs --------
+_SIDE_ORDER = ("off", "on", "plain")
+
+
+def _tok_s(stats: Any) -> float | None:
+    stats = stats if isinstance(stats, Mapping) else {}
+    rate = _num(stats.get("tokens_per_s"))
+    if rate is None:
+        generated, seconds = _num(stats.get("generated")), _num(stats.get("seconds"))
+        rate = generated / seconds if generated is not None and seconds else None
+    return rate
+
+
+def _where(run: Mapping[str, Any]) -> str:
+    return f"{run['side']} round {run['repeat'] + 1}"
+
+
+def _token_check(runs: Sequence[Mapping[str, Any]]) -> str:
+    """Whether every complete run gave the same token ids as the first complete one (as compare.first_difference)."""
+    done = [r for r in runs if r["status"] == "complete"]
+    if len(done) < 2:
+        return "fewer than two complete runs: nothing to check tokens against"
+    if any(r["tokens"] is None for r in done):
+        return "token ids not saved for every complete run: token equality unknown"
+    ref = done[0]
+    for run in done[1:]:
+        a, b = ref["tokens"], run["tokens"]
+        if a == b:
+            continue
+        n = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+        got = b[n] if n < len(b) else "the end"
+        expected = a[n] if n < len(a) else "the end"
+        return (f"complete runs differ: {_where(run)} has {got} at token {n} "
+                f"where {_where(ref)} has {expected}")
+    return f"all {len(done)} complete runs token-equal"
+
+
+def ab_summary(comparison: Mapping[str, Any]) -> tuple[list[str], list[list[str]], list[str]]:
+    """A comparison's A/B table as (header, rows, notes): one row per side, tok/s per repeat and the
+    median of the complete runs; a run that did not complete shows its status, a missing one "–"."""
+    runs = sorted(comparison["runs"], key=lambda r: (r["repeat"], r["position"]))
+    present = {r["side"] for r in runs}
+    sides = [s for s in _SIDE_ORDER if s in present] + sorted(present.difference(_SIDE_ORDER))
+    repeats = max((r["repeat"] for r in runs), default=-1) + 1
+    by = {(r["side"], r["repeat"]): r for r in runs}
+    header = ["side", *(f"round {i + 1}" for i in range(repeats)), "median"]
+    rows, medians = [], {}
+    for side in sides:
+        cells, speeds = [side], []
+        for i in range(repeats):
+            run = by.get((side, i))
+            if run is None:
+                cells.append("–")
+            elif run["status"] != "complete":
+                cells.append(run["status"])
+            elif (rate := _tok_s(run["stats"])) is None:
+                cells.append("?")
+            else:
+                speeds.append(rate)
+                cells.append(f"{rate:.1f}")
+        if speeds:
+            medians[side] = statistics.median(speeds)
+        cells.append(f"{medians[side]:.1f}" if side in medians else "–")
+        rows.append(cells)
+    notes = []
+    if not runs:
+        notes.append("no runs saved")
+    if medians.get("off") and "on" in medians:
+        notes.append(f"on / off: {medians['on'] / medians['off']:.2f}x (median tok/s)")
+    if runs:
+        notes.append(_token_check(runs))
+    notes += [f"{_where(r)}: error: {r['error']}" for r in runs if r["error"]]
+    return header, rows, notes
 
 
 def _title(conv: Mapping[str, Any], conversation_id: int) -> str:
@@ -105,11 +185,19 @@ def conversation_to_markdown(store: Store, conversation_id: int) -> str:
     for m in doc["messages"]:
         reply(f"## {m['role'].capitalize()}", m)
     for i, c in enumerate(doc["comparisons"], 1):
-        out += [f"## Comparison {i}", "", f"*{c['model'] or 'model ?'} · {_when(c['created_at'])}*", ""]
+        mark = _STATUS_MARK.get(c["status"])
+        out += [f"## Comparison {i}" + (f" ({mark})" if mark else ""), "",
+                f"*{c['model'] or 'model ?'} · {_when(c['created_at'])}*" + ("  " if c["settings"] else "")]
+        if c["settings"]:
+            out.append(f"*{_settings(c['settings'])}*")
+        out.append("")
         if c["messages"]:
             out += ["**Request:**", "", str(c["messages"][-1].get("content", "")), ""]
-        for s in c["sides"]:
-            reply(f"### Own copy rates {'on' if s['own_copy_rates'] else 'off'}", s)
+        header, rows, notes = ab_summary(c)
+        if rows:
+            out += ["| " + " | ".join(header) + " |", "|---" * len(header) + "|",
+                    *("| " + " | ".join(r) + " |" for r in rows), ""]
+        out += [*(f"- {n}" for n in notes), ""]
     return "\n".join(out).rstrip("\n") + "\n"
 
 
@@ -131,6 +219,11 @@ h2 { font-size: 1.15rem; margin: 2.5rem 0 .5rem; }
 .user .text, .system .text { background: var(--user); border-radius: 10px; padding: .6rem .85rem; }
 .mark { color: var(--warn); font-weight: 600; text-transform: none; letter-spacing: 0; }
 .error { color: var(--err); margin: .4rem 0 0; white-space: pre-wrap; }
+.ab { border-collapse: collapse; margin: .8rem 0; font-variant-numeric: tabular-nums; }
+.ab th, .ab td { border-bottom: 1px solid var(--line); padding: .25rem .8rem; text-align: right; }
+.ab th:first-child, .ab td:first-child { text-align: left; }
+.notes { color: var(--muted); font-size: .9rem; padding-left: 1.2rem; }
+.notes li { white-space: pre-wrap; overflow-wrap: anywhere; }
 """
 
 
@@ -166,13 +259,21 @@ def conversation_to_html(store: Store, conversation_id: int) -> str:
     for m in doc["messages"]:
         reply(m["role"], m["role"].capitalize(), m)
     for i, c in enumerate(doc["comparisons"], 1):
-        out.append(f"<h2>Comparison {i}</h2>")
+        mark = _STATUS_MARK.get(c["status"])
+        out.append(f"<h2>Comparison {i}" + (f' <span class="mark">({e(mark)})</span>' if mark else "") + "</h2>")
         out.append(f'<p class="meta">{e(c["model"] or "model ?")} · {e(_when(c["created_at"]))}</p>')
+        if c["settings"]:
+            out.append(f'<p class="meta">{e(_settings(c["settings"]))}</p>')
         if c["messages"]:
             last = {"content": str(c["messages"][-1].get("content", "")), "status": "complete",
                     "error": None, "stats": None, "origins": None}
             reply("user", "Request", last)
-        for s in c["sides"]:
-            reply("assistant", f"Own copy rates {'on' if s['own_copy_rates'] else 'off'}", s)
+        header, rows, notes = ab_summary(c)
+        if rows:
+            out += ['<table class="ab">', "<thead><tr>" + "".join(f"<th>{e(h)}</th>" for h in header) + "</tr></thead>",
+                    "<tbody>", *("<tr>" + f"<th>{e(r[0])}</th>" + "".join(f"<td>{e(x)}</td>" for x in r[1:]) + "</tr>"
+                                 for r in rows), "</tbody>", "</table>"]
+        if notes:
+            out += ['<ul class="notes">', *(f"<li>{e(n)}</li>" for n in notes), "</ul>"]
     out += ["</main>", "</body>", "</html>", ""]
     return "\n".join(out)

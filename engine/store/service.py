@@ -22,10 +22,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+from engine.compare import CompareSpec, Run, run_comparison
 from engine.engine import Engine, ModelInfo
 from engine.errors import LanesError
 from engine.events import Event
-from engine.store.records import Message
+from engine.store import comparisons
+from engine.store.records import Comparison, Message
 from engine.store.session import ChatSession, Reply, ReplySettings
 from engine.store.store import Store
 
@@ -120,6 +122,44 @@ class ReplySaved:
 ServiceEvent = ReplyBegun | ReplySaved | Event
 
 
+@dataclass(frozen=True)
+class ComparisonBegun:
+    spec: CompareSpec
+
+
+@dataclass(frozen=True)
+class RunEvent:
+    """An engine event of one run of a comparison (Tokens as they stream; Finished/Failed at its end)."""
+
+    run: Run
+    event: Event
+
+
+@dataclass(frozen=True)
+class RunDone:
+    run: Run
+
+
+@dataclass(frozen=True)
+class ComparisonSaved:
+    comparison: Comparison
+
+
+CompareEvent = ComparisonBegun | RunEvent | RunDone | ComparisonSaved
+
+
+@dataclass(eq=False)
+class ComparisonTask:
+    """A comparison running on its own thread; ``done`` resolves to the saved Comparison."""
+
+    thread: threading.Thread | None = None
+    done: Future[Comparison] = field(default_factory=Future)
+    _cancel: threading.Event = field(default_factory=threading.Event)
+
+    def cancel(self) -> None:
+        self._cancel.set()
+
+
 class ChatService:
     """One model and one data folder, for a window. Use from one thread (the GUI's)."""
 
@@ -130,6 +170,7 @@ class ChatService:
         self._engine_factory = engine_factory
         self.engine = engine_factory(model)
         self.tasks: set[ReplyTask] = set()
+        self.comparisons: set[ComparisonTask] = set()
         self._lock = threading.Lock()
 
     def loaded(self) -> Future[ModelInfo]:
@@ -193,6 +234,52 @@ class ChatService:
             with self._lock:
                 self.tasks.discard(task)
 
+    def start_comparison(self, on_event: Callable[[CompareEvent], None], *, prompt: str | None = None,
+                         conversation_id: int | None = None, max_tokens: int = 256, repeats: int = 3,
+                         plain: bool = False) -> ComparisonTask:
+        """Run the own-copy-rates A/B (engine/compare.py) on a new thread and save it; events go to
+        ``on_event`` on that thread. Stopping saves what ran, marked cancelled."""
+        task = ComparisonTask()
+        args = (task, on_event, prompt, conversation_id, max_tokens, repeats, plain)
+        task.thread = threading.Thread(target=self._run_comparison, args=args, name="lanes-compare", daemon=True)
+        with self._lock:
+            self.comparisons.add(task)
+        task.thread.start()
+        return task
+
+    def _run_comparison(self, task: ComparisonTask, on_event: Callable[[CompareEvent], None], prompt: str | None,
+                        conversation_id: int | None, max_tokens: int, repeats: int, plain: bool) -> None:
+        try:
+            with Store(self.path) as store:
+                spec = comparisons.build_spec(store, prompt=prompt, conversation_id=conversation_id,
+                                              max_tokens=max_tokens, repeats=repeats, plain=plain)
+                on_event(ComparisonBegun(spec))
+                while True:
+                    try:
+                        info = self.engine.info(timeout=0.1)
+                        break
+                    except TimeoutError:
+                        if task._cancel.is_set():
+                            raise LanesError("cancelled before the model loaded") from None
+                runs = run_comparison(self.engine.submit, spec, info.copy_rate,
+                                      on_event=lambda run, ev: on_event(RunEvent(run, ev)),
+                                      on_run=lambda run: on_event(RunDone(run)), cancelled=task._cancel.is_set)
+                if task._cancel.is_set():
+                    status = "cancelled"
+                elif all(r.status == "complete" for r in runs):
+                    status = "complete"
+                else:
+                    status = "error"
+                saved = comparisons.save(store, spec, runs, info.name, conversation_id, status)
+            on_event(ComparisonSaved(saved))
+            task.done.set_result(saved)
+        except BaseException as exc:
+            log.exception("comparison failed")
+            task.done.set_exception(exc)
+        finally:
+            with self._lock:
+                self.comparisons.discard(task)
+
     def _wait_for_model(self, task: ReplyTask) -> ModelInfo:
         """The loaded model's info; gives up when the reply is cancelled first (closing mid-load)."""
         while True:
@@ -209,13 +296,15 @@ class ChatService:
 
     def cancel_all(self, partial: bool = False) -> None:
         with self._lock:
-            tasks = list(self.tasks)
+            tasks, comparing = list(self.tasks), list(self.comparisons)
         for t in tasks:
             t.cancel(partial)
+        for c in comparing:
+            c.cancel()
 
     def join_replies(self, timeout: float = 60.0) -> None:
         with self._lock:
-            threads = [t.thread for t in self.tasks if t.thread is not None]
+            threads = [t.thread for t in [*self.tasks, *self.comparisons] if t.thread is not None]
         for th in threads:
             th.join(timeout)
 

@@ -31,7 +31,7 @@ from engine.store.records import (
     ROLES,
     STATUSES,
     Comparison,
-    ComparisonSide,
+    ComparisonRun,
     Conversation,
     ConversationSummary,
     Message,
@@ -382,29 +382,33 @@ class Store:
     def add_comparison(
         self,
         messages: Sequence[Mapping[str, str]],
-        sides: Sequence[ComparisonSide],
+        runs: Sequence[ComparisonRun],
         *,
         conversation_id: int | None = None,
         settings: Mapping[str, Any] | None = None,
         model: str = "",
+        copy_history: Mapping[str, Any] | None = None,
+        status: str = "complete",
         created_at: float | None = None,
     ) -> Comparison:
-        """Save one comparison run (the same request with own copy rates off and on)."""
+        """Save one comparison with all its runs, in one transaction."""
+        if status not in STATUSES:
+            raise ValueError(f"status must be one of {STATUSES}, got {status!r}")
         with self.write():
             cur = self.db.execute(
-                "INSERT INTO comparisons (conversation_id, messages, settings, model, created_at)"
-                " VALUES (?, ?, ?, ?, ?)",
+                "INSERT INTO comparisons (conversation_id, messages, settings, model, copy_history, status, created_at)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?)",
                 (conversation_id, dumps([dict(m) for m in messages]), dumps(dict(settings or {})), model,
-                 time.time() if created_at is None else created_at),
+                 dumps(copy_history), status, time.time() if created_at is None else created_at),
             )
             cid = int(cur.lastrowid or 0)
-            for s in sides:
+            for r in runs:
                 self.db.execute(
-                    "INSERT INTO comparison_sides (comparison_id, own_copy_rates, content, status, error, stats,"
-                    " origins, tokens, copy_history_before, copy_history_after) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    (cid, int(s.own_copy_rates), s.content, s.status, s.error, dumps(s.stats),
-                     pack_origins(s.origins), pack_tokens(s.tokens), dumps(s.copy_history_before),
-                     dumps(s.copy_history_after)),
+                    "INSERT INTO comparison_runs (comparison_id, side, repeat, position, content, status, error,"
+                    " stats, origins, tokens, copy_history_after, rates) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (cid, r.side, r.repeat, r.position, r.content, r.status, r.error, dumps(r.stats),
+                     pack_origins(r.origins), pack_tokens(r.tokens), dumps(r.copy_history_after),
+                     dumps(None if r.rates is None else [dict(x) for x in r.rates])),
                 )
         return self.comparison(cid)
 
@@ -412,22 +416,27 @@ class Store:
         rows = list(self.db.query("SELECT * FROM comparisons WHERE id = ?", (comparison_id,)))
         if not rows:
             raise NotFoundError(f"no comparison {comparison_id} in {self.path}")
-        r = rows[0]
-        sides = tuple(
-            ComparisonSide(
-                own_copy_rates=bool(s["own_copy_rates"]), content=s["content"], status=s["status"],
-                error=s["error"], stats=loads(s["stats"]), origins=unpack_origins(s["origins"]),
-                tokens=unpack_tokens(s["tokens"]), copy_history_before=loads(s["copy_history_before"]),
-                copy_history_after=loads(s["copy_history_after"]),
+        c = rows[0]
+        runs = tuple(
+            ComparisonRun(
+                side=r["side"], repeat=r["repeat"], position=r["position"], content=r["content"],
+                status=r["status"], error=r["error"], stats=loads(r["stats"]),
+                origins=unpack_origins(r["origins"]), tokens=unpack_tokens(r["tokens"]),
+                copy_history_after=loads(r["copy_history_after"]),
+                rates=None if r["rates"] is None else tuple(loads(r["rates"])),
             )
-            for s in self.db.query(
-                "SELECT * FROM comparison_sides WHERE comparison_id = ? ORDER BY own_copy_rates", (comparison_id,)
+            for r in self.db.query(
+                "SELECT * FROM comparison_runs WHERE comparison_id = ? ORDER BY repeat, position", (comparison_id,)
             )
         )
-        return Comparison(r["id"], r["conversation_id"], tuple(loads(r["messages"])), loads(r["settings"]) or {},
-                          r["model"], r["created_at"], sides)
+        return Comparison(c["id"], c["conversation_id"], tuple(loads(c["messages"])), loads(c["settings"]) or {},
+                          c["model"], loads(c["copy_history"]), c["status"], c["created_at"], runs)
 
-    def comparisons(self, conversation_id: int) -> list[Comparison]:
-        ids = [r[0] for r in self.db.execute(
-            "SELECT id FROM comparisons WHERE conversation_id = ? ORDER BY id", (conversation_id,))]
+    def comparisons(self, conversation_id: int | None = None, limit: int = 200) -> list[Comparison]:
+        """A conversation's comparisons in order, or (None) the newest ``limit`` of all, newest first."""
+        if conversation_id is None:
+            ids = [r[0] for r in self.db.execute("SELECT id FROM comparisons ORDER BY id DESC LIMIT ?", (limit,))]
+        else:
+            ids = [r[0] for r in self.db.execute(
+                "SELECT id FROM comparisons WHERE conversation_id = ? ORDER BY id", (conversation_id,))]
         return [self.comparison(i) for i in ids]

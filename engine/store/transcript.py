@@ -12,11 +12,12 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from engine.errors import LanesError
-from engine.store.records import ROLES, STATUSES, ComparisonSide, Conversation, pack_origins, unpack_origins
+from engine.store.records import ROLES, STATUSES, ComparisonRun, Conversation, pack_origins, unpack_origins
 from engine.store.store import Store
 
 FORMAT = "lanes-conversation"
 VERSION = 1
+SIDES: tuple[str, ...] = ("off", "on", "plain")  # engine.compare.SIDES; the store's CHECK on comparison_runs
 _ORIGIN_LETTERS = "mcr"  # records.pack_origins: m(odel), c(ontext), r(ecall)
 _INT32 = (-(2**31), 2**31 - 1)
 _REQUIRED: Any = object()
@@ -54,15 +55,15 @@ def conversation_to_json(store: Store, conversation_id: int) -> dict[str, Any]:
         "comparisons": [
             {
                 "messages": [dict(x) for x in c.messages], "settings": dict(c.settings), "model": c.model,
-                "created_at": c.created_at,
-                "sides": [
+                "copy_history": c.copy_history, "status": c.status, "created_at": c.created_at,
+                "runs": [
                     {
-                        "own_copy_rates": s.own_copy_rates, "content": s.content, "status": s.status,
-                        "error": s.error, "stats": s.stats, "origins": pack_origins(s.origins),
-                        "tokens": _list(s.tokens), "copy_history_before": s.copy_history_before,
-                        "copy_history_after": s.copy_history_after,
+                        "side": r.side, "repeat": r.repeat, "position": r.position, "content": r.content,
+                        "status": r.status, "error": r.error, "stats": r.stats, "origins": pack_origins(r.origins),
+                        "tokens": _list(r.tokens), "copy_history_after": r.copy_history_after,
+                        "rates": None if r.rates is None else [dict(x) for x in r.rates],
                     }
-                    for s in c.sides
+                    for r in c.runs  # in the store's order: by repeat, then position
                 ],
             }
             for c in comparisons
@@ -127,6 +128,13 @@ def _array(v: Any, f: str) -> list[Any]:
     return v
 
 
+def _index(v: Any, f: str) -> int:
+    """A whole number from 0 (a repeat, a position, a round), small enough for the database."""
+    if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= _INT32[1]:
+        raise _Invalid(f, f"must be a whole number from 0 (got {json.dumps(v)})")
+    return v
+
+
 def _optional(check: Check) -> Check:
     return lambda v, f: None if v is None else check(v, f)
 
@@ -173,7 +181,7 @@ def _counts(v: Any, f: str) -> dict[str, dict[str, float]]:
 
 
 def _reply(m: Any, f: str) -> dict[str, Any]:
-    """Fields a message and a comparison side share, checked; origins and tokens must pair up."""
+    """Fields a message and a comparison run share, checked; origins and tokens must pair up."""
     out = {
         "content": _field(m, "content", f, _text),
         "status": _field(m, "status", f, _choice(STATUSES), "complete"),
@@ -199,29 +207,50 @@ def _message(v: Any, f: str) -> dict[str, Any]:
     }
 
 
-def _side(v: Any, f: str) -> ComparisonSide:
-    s = _object(v, f)
-    return ComparisonSide(
-        own_copy_rates=_field(s, "own_copy_rates", f, _flag), **_reply(s, f),
-        copy_history_before=_field(s, "copy_history_before", f, _optional(_object), None),
-        copy_history_after=_field(s, "copy_history_after", f, _optional(_object), None),
+def _rate(v: Any, f: str) -> dict[str, Any]:
+    """One entry of a run's rate trajectory: {"round": n, "source": name, "rate": 0..1}."""
+    x = _object(v, f)
+    rate = _field(x, "rate", f, _number)
+    if not 0 <= rate <= 1:
+        raise _Invalid(f"{f}.rate", f"must be from 0 to 1 (got {json.dumps(rate)})")
+    return {"round": _field(x, "round", f, _index), "source": _field(x, "source", f, _text), "rate": rate}
+
+
+def _rates(v: Any, f: str) -> tuple[dict[str, Any], ...]:
+    return tuple(_rate(x, f"{f}[{i}]") for i, x in enumerate(_array(v, f)))
+
+
+def _run(v: Any, f: str) -> ComparisonRun:
+    r = _object(v, f)
+    return ComparisonRun(
+        side=_field(r, "side", f, _choice(SIDES)),
+        repeat=_field(r, "repeat", f, _index),
+        position=_field(r, "position", f, _index),
+        **_reply(r, f),
+        copy_history_after=_field(r, "copy_history_after", f, _optional(_object), None),
+        rates=_field(r, "rates", f, _optional(_rates), None),
     )
 
 
 def _comparison(v: Any, f: str) -> dict[str, Any]:
     c = _object(v, f)
-    sides = [_side(s, f"{f}.sides[{i}]") for i, s in enumerate(_field(c, "sides", f, _array, []))]
-    for i, s in enumerate(sides):
-        if any(t.own_copy_rates == s.own_copy_rates for t in sides[:i]):
-            raise _Invalid(f"{f}.sides[{i}].own_copy_rates", "repeats another side's value (one side each)")
+    runs = [_run(r, f"{f}.runs[{i}]") for i, r in enumerate(_field(c, "runs", f, _array, []))]
+    first: dict[tuple[str, int], int] = {}
+    for i, r in enumerate(runs):
+        j = first.setdefault((r.side, r.repeat), i)
+        if j != i:
+            raise _Invalid(f"{f}.runs[{i}]", f"repeats side {json.dumps(r.side)} in repeat {r.repeat} "
+                           f"(already {f}.runs[{j}]); each side runs once per repeat")
     messages = _field(c, "messages", f, _array)
     for i, x in enumerate(messages):
         for k, text in _object(x, f"{f}.messages[{i}]").items():
             _text(text, f"{f}.messages[{i}].{k}")
     return {
-        "messages": messages, "sides": sides,
+        "messages": messages, "runs": runs,
         "settings": _field(c, "settings", f, _object, {}),
         "model": _field(c, "model", f, _text, ""),
+        "copy_history": _field(c, "copy_history", f, _optional(_object), None),
+        "status": _field(c, "status", f, _choice(STATUSES), "complete"),
         "created_at": _field(c, "created_at", f, _number, None),
     }
 
@@ -277,8 +306,9 @@ def import_conversation(store: Store, data: Mapping[str, Any], source: str) -> C
         if doc["copy_history"]:
             store.save_copy_history(new.id, doc["copy_history"])
         for c in doc["comparisons"]:
-            store.add_comparison(c["messages"], c["sides"], conversation_id=new.id, settings=c["settings"],
-                                 model=c["model"], created_at=c["created_at"])
+            store.add_comparison(c["messages"], c["runs"], conversation_id=new.id, settings=c["settings"],
+                                 model=c["model"], copy_history=c["copy_history"], status=c["status"],
+                                 created_at=c["created_at"])
         if conv["updated_at"] is not None:  # adding messages touched it; keep the document's time
             store.db.execute("UPDATE conversations SET updated_at = ? WHERE id = ?", (conv["updated_at"], new.id))
         return store.conversation(new.id)

@@ -2,18 +2,20 @@
 CREATE INDEX comparisons_by_conversation ON comparisons (conversation_id, id);
 CREATE INDEX conversations_by_update ON conversations (updated_at DESC, id DESC);
 CREATE INDEX messages_by_conversation ON messages (conversation_id, id);
-CREATE TABLE comparison_sides (
+CREATE TABLE comparison_runs (
     comparison_id INTEGER NOT NULL REFERENCES comparisons (id) ON DELETE CASCADE,
-    own_copy_rates INTEGER NOT NULL CHECK (own_copy_rates IN (0, 1)),
+    side TEXT NOT NULL CHECK (side IN ('off', 'on', 'plain')),
+    repeat INTEGER NOT NULL CHECK (repeat >= 0),
+    position INTEGER NOT NULL,
     content TEXT NOT NULL DEFAULT '',
     status TEXT NOT NULL CHECK (status IN ('complete', 'partial', 'cancelled', 'error')),
     error TEXT,
     stats TEXT,
     origins TEXT,
     tokens BLOB,
-    copy_history_before TEXT,
     copy_history_after TEXT,
-    PRIMARY KEY (comparison_id, own_copy_rates)
+    rates TEXT,
+    PRIMARY KEY (comparison_id, side, repeat)
 ) WITHOUT ROWID;
 CREATE TABLE comparisons (
     id INTEGER PRIMARY KEY,
@@ -21,6 +23,9 @@ CREATE TABLE comparisons (
     messages TEXT NOT NULL,
     settings TEXT NOT NULL DEFAULT '{}',
     model TEXT NOT NULL DEFAULT '',
+    copy_history TEXT,
+    status TEXT NOT NULL DEFAULT 'complete'
+        CHECK (status IN ('complete', 'partial', 'cancelled', 'error')),
     created_at REAL NOT NULL
 );
 CREATE TABLE conversations (

@@ -1,0 +1,114 @@
+"""The own-copy-rates A/B: order, summaries and table on literal runs; the real model end to end."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from engine.compare import (
+    CompareSpec,
+    Run,
+    ab_table,
+    first_difference,
+    rate_trajectory,
+    run_comparison,
+    summarise,
+)
+from engine.events import RoundStats
+from engine.rates import CopyRates
+from engine.store.store import Store
+
+ROOT = Path(__file__).resolve().parent.parent
+COPY = "Repeat this list exactly, then again in reverse order: apples, pears, plums, cherries, grapes, melons."
+
+
+def run(side: str, repeat: int, tok_s: float, tokens: tuple[int, ...] = (1, 2, 3), **rows: tuple[int, int]) -> Run:
+    stats = {"tokens_per_s": tok_s,
+             "rows": {s: {"tested": t, "accepted": a, "granted": t} for s, (t, a) in rows.items()}}
+    return Run(side, repeat, 0, "complete", "x", tokens, ("model",) * len(tokens), stats)
+
+
+def test_the_order_alternates_and_specs_are_checked() -> None:
+    spec = CompareSpec(({"role": "user", "content": "q"},), repeats=3, sides=("off", "on", "plain"))
+    assert [spec.order(r) for r in range(3)] == [("off", "on", "plain"), ("plain", "on", "off"),
+                                                 ("off", "on", "plain")]
+    assert spec.request("plain").drafts is False and spec.request("on").own_copy_rates is True
+    assert spec.request("off").own_copy_rates is False and spec.request("off").conversation is None
+    with pytest.raises(ValueError, match="repeats"):
+        CompareSpec((), repeats=0)
+    with pytest.raises(ValueError, match="sides"):
+        CompareSpec((), sides=("on", "on"))
+
+
+def test_the_table_has_rounds_medians_the_ratio_and_rows() -> None:
+    runs = [run("off", 0, 40.0, context=(10, 8)), run("on", 0, 46.0, context=(8, 8)),
+            run("on", 1, 45.0, context=(9, 8)), run("off", 1, 41.0, context=(12, 8))]
+    table = ab_table(runs, ("off", "on"), 2)
+    assert "| side | round 1 | round 2 | median | spread |" in table
+    assert "| off | 40.0 | 41.0 | 40.5 | 2.5% |" in table
+    assert "| on | 46.0 | 45.0 | 45.5 | 2.2% |" in table
+    assert "on / off: 1.12x" in table and "every run token-equal" in table
+    assert "off rows: context 16/22 accepted, 6 wasted" in table
+    _off, on = summarise(runs, ("off", "on"))
+    assert on.rows["context"] == {"tested": 17, "accepted": 16, "wasted": 1, "granted": 17}
+
+
+def test_the_first_differing_token_is_found() -> None:
+    runs = [run("off", 0, 1.0, (5, 6, 7)), run("on", 0, 1.0, (5, 6, 7)), run("on", 1, 1.0, (5, 9, 7))]
+    diff = first_difference(runs)
+    assert (diff.side, diff.repeat, diff.position, diff.expected, diff.got) == ("on", 1, 1, 6, 9)
+    shorter = first_difference([run("off", 0, 1.0, (5, 6)), run("on", 0, 1.0, (5,))])
+    assert (shorter.position, shorter.expected, shorter.got) == (1, 6, None)
+    assert "tokens differ: on repeat 2 at token 1" in ab_table(runs, ("off", "on"), 2)
+
+
+def test_the_rate_trajectory_replays_copy_rates() -> None:
+    rounds = [RoundStats("r", 1, 1, 4, 3, 2, "context", 0.0, 0.0),  # 3 granted, 2 accepted: 3 tested
+              RoundStats("r", 2, 1, 1, 0, 0, None, 0.0, 0.0),  # no window: no point
+              RoundStats("r", 3, 1, 5, 4, 4, "context", 0.0, 0.0)]  # all 4 accepted
+    points = rate_trajectory(None, 0.94, rounds)
+    expected = CopyRates(prior=0.94)
+    expected.record("context", 3, 2)
+    first = expected.rate("context")
+    expected.record("context", 4, 4)
+    assert points == [{"round": 1, "source": "context", "rate": round(first, 4)},
+                      {"round": 3, "source": "context", "rate": round(expected.rate("context"), 4)}]
+
+
+@pytest.mark.model
+def test_every_side_equals_mlx_lm_and_the_on_rates_match_its_history(loaded, chat_prompt, reference) -> None:
+    from engine.engine import Engine
+
+    spec = CompareSpec(({"role": "user", "content": COPY},), max_tokens=48, repeats=2)
+    with Engine(loader=lambda _s: loaded, calibrate=False) as engine:
+        runs = run_comparison(engine.submit, spec, loaded.family.copy_rate)
+    assert [(r.side, r.repeat, r.position) for r in runs] == [("off", 0, 0), ("on", 0, 1), ("on", 1, 0),
+                                                              ("off", 1, 1)]
+    want = reference(chat_prompt(COPY), 48)
+    assert all(list(r.tokens) == want and r.status == "complete" for r in runs)
+    assert first_difference(runs) is None
+    on = runs[1]
+    assert on.rates, "the copy-friendly prompt copied"
+    last = on.rates[-1]
+    after = CopyRates.from_snapshot(on.copy_history_after, prior=loaded.family.copy_rate)
+    assert last["rate"] == round(after.rate(last["source"]), 4)
+
+
+@pytest.mark.model
+def test_lanes_compare_prints_the_table_and_saves_the_runs(tmp_path: Path) -> None:
+    res = subprocess.run([sys.executable, "-m", "engine.cli", "compare", "--prompt", COPY, "--repeats", "1",
+                          "--max-tokens", "32", "--plain", "--data-dir", str(tmp_path), "--json",
+                          str(tmp_path / "out.json")], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr
+    assert "| side | round 1 | median | spread |" in res.stdout and "| plain |" in res.stdout
+    assert "every run token-equal" in res.stdout
+    doc = json.loads((tmp_path / "out.json").read_text())
+    assert doc["token_equal"] is True and len(doc["runs"]) == 3
+    with Store.open(tmp_path) as store:
+        saved = store.comparison(doc["comparison"])
+    assert sorted(r.side for r in saved.runs) == ["off", "on", "plain"]
+    assert saved.settings["repeats"] == 1 and saved.messages[0]["content"] == COPY
