@@ -51,8 +51,14 @@ class ChatController(QObject):
     replyFailed = Signal(int, str)  # conversation id, why (the reply could not start or broke)
     generatingChanged = Signal(object)  # set of conversation ids generating now
     storeError = Signal(str)
+    comparisonBegun = Signal(object)  # CompareSpec
+    comparisonEvent = Signal(object, object)  # Run, engine Event (Tokens while a run streams)
+    comparisonRunDone = Signal(object)  # Run
+    comparisonSaved = Signal(object)  # Comparison
+    comparisonFailed = Signal(str)
 
     _serviceEvent = Signal(object)
+    _compareEvent = Signal(object)
     _futureDone = Signal(object, object)
 
     def __init__(self, data_path: Path, model: str | None = None,
@@ -66,6 +72,8 @@ class ChatController(QObject):
         self._dirty: set[int] = set()
         self._tasks: dict[int, Any] = {}
         self._decode: Callable[[list[int]], str] | None = None
+        self._compareEvent.connect(self._on_compare_event)
+        self.comparison_task: Any = None
         self._serviceEvent.connect(self._on_service_event)
         self._futureDone.connect(self._on_future_done)
         self._timer = QTimer(self)
@@ -258,6 +266,49 @@ class ChatController(QObject):
         if self._dirty:
             dirty, self._dirty = self._dirty, set()
             self.liveUpdated.emit(dirty)
+
+    # -- comparisons ------------------------------------------------------------------------------
+    def start_comparison(self, *, prompt: str | None = None, conversation_id: int | None = None,
+                         max_tokens: int = 256, repeats: int = 3, plain: bool = False) -> bool:
+        """Start the own-copy-rates A/B; False when one is already running (one at a time, so runs
+        never share rounds with each other)."""
+        if self.comparison_task is not None:
+            return False
+        task = self.service.start_comparison(self._compareEvent.emit, prompt=prompt, conversation_id=conversation_id,
+                                             max_tokens=max_tokens, repeats=repeats, plain=plain)
+        self.comparison_task = task
+
+        def failed(exc: BaseException) -> None:
+            self.comparison_task = None
+            self.comparisonFailed.emit(str(exc))
+
+        self.when_done(task.done, lambda _c: None, failed)
+        return True
+
+    def stop_comparison(self) -> None:
+        if self.comparison_task is not None:
+            self.comparison_task.cancel()
+
+    def list_comparisons(self, on_result: Callable[[list[Any]], None]) -> None:
+        self.store_call(lambda s: s.comparisons(None, 200), on_result)
+
+    @Slot(object)
+    def _on_compare_event(self, ev: Any) -> None:
+        from engine.store.service import ComparisonBegun, ComparisonSaved, RunDone, RunEvent
+
+        if isinstance(ev, ComparisonBegun):
+            self.comparisonBegun.emit(ev.spec)
+        elif isinstance(ev, RunEvent):
+            self.comparisonEvent.emit(ev.run, ev.event)
+        elif isinstance(ev, RunDone):
+            self.comparisonRunDone.emit(ev.run)
+        elif isinstance(ev, ComparisonSaved):
+            self.comparison_task = None
+            self.comparisonSaved.emit(ev.comparison)
+
+    def decode(self, tokens: list[int]) -> str:
+        """Token ids as text (empty until the model's tokenizer is known)."""
+        return self._decode(tokens) if self._decode is not None else ""
 
     def close(self) -> None:
         """Stop and save every reply (as partial), join every thread."""
