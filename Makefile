@@ -4,6 +4,8 @@
 #   make lint   ruff check + the engine/UI layering check (make format: ruff format)
 #   make bench  the three benchmark workloads, JSON results under out/ (bench-heldout: the held-out two)
 #   make bench-store  the store at scale (10,000 conversations, synthetic, temp folder): out/bench-store.*
+#   make bench-ui  window responsiveness with 4 replies streaming at once (GUI-thread stalls): out/bench-ui.*
+#   make screenshots  the main window as PNGs (real model, temp folder, offscreen): docs/screenshots/
 #   make clean  caches and outputs; `make distclean` also removes .venv
 
 SHELL := /bin/bash
@@ -32,7 +34,8 @@ else
 WITH_BLAS =
 endif
 
-.PHONY: help setup openblas run test lint format bench bench-heldout bench-store clean distclean
+.PHONY: help setup openblas run test lint format bench bench-heldout bench-store bench-ui screenshots clean \
+	distclean
 
 help:
 	@sed -n 's/^#   //p' $(MAKEFILE_LIST)
@@ -109,6 +112,16 @@ bench-heldout:
 bench-store: setup
 	@mkdir -p out
 	@set -o pipefail; $(VENV)/bin/lanes bench-store --json out/bench-store.json | tee out/bench-store.md
+
+# The real window and model, offscreen: how late a 10 ms GUI timer fires while replies stream.
+bench-ui: setup
+	@mkdir -p out
+	@set -o pipefail; $(WITH_BLAS) QT_QPA_PLATFORM=offscreen $(PY) -m app.bench_ui --json out/bench-ui.json \
+	  | tee out/bench-ui.md
+
+# Greedy replies, so the same PNGs every run (app/screenshots.py sets QT_QPA_PLATFORM=offscreen itself).
+screenshots: setup
+	$(WITH_BLAS) $(PY) -m app.screenshots --out docs/screenshots
 
 clean:
 	rm -rf out build dist *.egg-info .pytest_cache .ruff_cache .hypothesis

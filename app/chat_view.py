@@ -55,6 +55,8 @@ class MessageWidget(QFrame):
         self.message = message
         self._spans_for = spans_for
         self.setObjectName(f"message-{message.role}")
+        if message.role == "user":  # the person's own turns sit on a soft tint, replies on the page
+            self.setStyleSheet("QFrame#message-user { background: palette(alternate-base); border-radius: 10px; }")
         self.who = QLabel(ROLE_NAMES.get(message.role, message.role))
         self.who.setStyleSheet("font-weight: 600;")
         self.view = MessageView()
@@ -182,7 +184,7 @@ class ChatView(QScrollArea):
 
 
 class Composer(QPlainTextEdit):
-    """Enter sends, Shift+Enter adds a line."""
+    """Enter sends, Shift+Enter adds a line. Three lines high, growing with its text up to ten."""
 
     submitted = Signal(str)
 
@@ -191,7 +193,14 @@ class Composer(QPlainTextEdit):
         self.setPlaceholderText("Message Lanes (Enter sends, Shift+Enter adds a line)")
         self.setAccessibleName("Message")
         self.setTabChangesFocus(True)
-        self.setMaximumHeight(140)
+        self.document().documentLayout().documentSizeChanged.connect(lambda _s: self._fit())
+        self._fit()
+
+    def _fit(self) -> None:
+        line = self.fontMetrics().lineSpacing()
+        lines = min(max(self.document().size().height(), 3), 10)
+        margins = self.contentsMargins().top() + self.contentsMargins().bottom() + 2 * self.document().documentMargin()
+        self.setFixedHeight(int(lines * line + margins))
 
     def keyPressEvent(self, event: QKeyEvent) -> None:
         enter = event.key() in (Qt.Key.Key_Return, Qt.Key.Key_Enter)

@@ -96,6 +96,9 @@ class MainWindow(QMainWindow):
         self._load_timer.timeout.connect(self._tick_loading)
         self._load_timer.start()
 
+        self._render_after = 0.0
+        self._render_timer = QTimer(self, singleShot=True)
+        self._render_timer.timeout.connect(self._render_live)
         self._build_menus()
         self._connect()
         self._set_model_ready(False)
@@ -187,6 +190,7 @@ class MainWindow(QMainWindow):
     def new_conversation(self) -> None:
         self.current = None
         self.title.setText("New conversation")
+        self.setWindowTitle("Lanes")
         self.chat.set_messages([])
         self.sidebar.mark_shown(None)
         self.composer.setFocus()
@@ -203,6 +207,7 @@ class MainWindow(QMainWindow):
         if conv.id != self.current:
             return  # another conversation was chosen meanwhile
         self.title.setText(conv.title or "New conversation")
+        self.setWindowTitle(f"{conv.title or 'New conversation'} — Lanes")
         self.chat.set_messages(messages)
         live = self.controller.live.get(conv.id)
         if live is not None and live.message_id is not None:
@@ -260,11 +265,25 @@ class MainWindow(QMainWindow):
 
     def _live_updated(self, ids: set[int]) -> None:
         if self.current in ids:
-            live = self.controller.live.get(self.current)
-            if live is not None and live.message_id is not None:
-                w = self.chat.widget_for(live.message_id)
-                if w is not None:
-                    w.set_live(live.text, live.spans)
+            self._render_live()
+
+    def _render_live(self) -> None:
+        """Show the streamed text of the shown conversation. A long reply re-renders slowly (its whole
+        Markdown each time), so the next render waits 3x as long as this one took: one message never
+        takes more than about a quarter of the GUI thread, however long it grows."""
+        wait = self._render_after - time.monotonic()
+        if wait > 0:
+            if not self._render_timer.isActive():
+                self._render_timer.start(int(wait * 1000) + 1)
+            return
+        live = self.controller.live.get(self.current) if self.current is not None else None
+        if live is None or live.message_id is None:
+            return
+        w = self.chat.widget_for(live.message_id)
+        if w is not None:
+            start = time.monotonic()
+            w.set_live(live.text, live.spans)
+            self._render_after = time.monotonic() + 3 * (time.monotonic() - start)
 
     def _reply_finished(self, conversation_id: int, message: Message) -> None:
         if conversation_id == self.current:

@@ -107,6 +107,8 @@ def _token_format(dark: bool, ttype: _TokenType) -> QTextCharFormat | None:
     """The char format for a token type; None where the style leaves it as plain text, so the
     palette's own text colour shows (the dark style's base colour is not the palette's)."""
     style = _style(dark)
+    while not style.styles_token(ttype) and ttype.parent is not None:  # e.g. YAML's Literal.Scalar.Plain
+        ttype = ttype.parent  # the nearest type the style knows, as pygments' own formatters do
     spec, base = style.style_for_token(ttype), style.style_for_token(Token)
     fmt = QTextCharFormat()
     if spec["color"] and spec["color"] != base["color"]:

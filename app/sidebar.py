@@ -144,6 +144,8 @@ class Sidebar(QWidget):
         self.list.setAccessibleName("Conversations")
         self.list.setModel(self.model)
         self.list.setUniformItemSizes(True)  # cheap layout for thousands of rows
+        self.list.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)  # long titles elide
+        self.list.setTextElideMode(Qt.TextElideMode.ElideRight)
         self.list.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
         self.list.customContextMenuRequested.connect(self._menu)
         self.list.selectionModel().currentChanged.connect(self._current_changed)

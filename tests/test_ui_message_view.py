@@ -319,3 +319,12 @@ def test_legend_shows_three_labelled_swatches(qtbot) -> None:
     picture = legend.grab().toImage()
     context = swatches[1].geometry().center()
     assert picture.pixelColor(context * picture.devicePixelRatio()) == origin_background("context", False)
+
+
+def test_a_yaml_block_with_token_types_the_style_does_not_list_renders(qtbot) -> None:
+    # Pygments' YAML lexer yields Literal.Scalar.Plain, which the styles do not name: the format
+    # comes from the nearest parent type instead of raising KeyError mid-stream.
+    view = MessageView()
+    qtbot.addWidget(view)
+    view.set_markdown("```yaml\nserver:\n  host: 0.0.0.0\n  ports: [80, 443]\n```")
+    assert "host: 0.0.0.0" in view.document().toPlainText()

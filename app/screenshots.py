@@ -1,0 +1,142 @@
+"""``python -m app.screenshots``: the main window as PNG files, for the README and the docs.
+
+Seeds a temporary data folder with a few conversations through the real window and the real model
+(greedy, so every run writes the same replies), shows the one where a function is written and then
+edited (so copying from the conversation shows), and saves at 1200x800:
+
+- ``main-window.png``: replies as Markdown, code coloured;
+- ``main-window-origins.png``: the same with "Colour Tokens by Origin" on.
+
+Offscreen by default (``QT_QPA_PLATFORM=offscreen`` unless set otherwise).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from engine import blas
+
+SIZE = (1200, 800)
+MAX_TOKENS = 200
+FILES = ("main-window.png", "main-window-origins.png")
+
+# Conversations to seed, oldest first; each is a list of user messages sent one after another.
+# The last one is shown: a function, then an edit of it, which the model copies from the conversation.
+CONVERSATIONS: tuple[tuple[str, ...], ...] = (
+    ("What's the difference between a virus and a bacterium?",),
+    ("Give me three tips for a job interview, as a numbered list.",),
+    ("Write a Python function `average(numbers)` that returns the mean of a list of numbers. "
+     "Put the code in a ```python block.",
+     "Rename the parameter `numbers` to `values` and show the code again."),
+)
+
+
+def render_screenshots(out: Path, *, engine_factory: Callable[[str | None], Any] | None = None,
+                       data_dir: Path | None = None, max_tokens: int = MAX_TOKENS,
+                       conversations: Sequence[Sequence[str]] = CONVERSATIONS,
+                       timeout_s: float = 600.0) -> list[Path]:
+    """Seed the conversations, show the last one and save the two PNGs in ``out``; returns their paths.
+
+    ``engine_factory`` defaults to ``engine.engine.Engine``; ``data_dir`` (default a temporary folder,
+    removed after) receives the database and the preferences file."""
+    os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+    from PySide6.QtWidgets import QApplication
+
+    app = QApplication.instance() or QApplication(sys.argv[:1])
+    assert isinstance(app, QApplication)
+    out.mkdir(parents=True, exist_ok=True)
+    if data_dir is not None:
+        return _render(app, out, Path(data_dir), engine_factory, max_tokens, conversations, timeout_s)
+    with tempfile.TemporaryDirectory(prefix="lanes-screenshots-") as tmp:
+        return _render(app, out, Path(tmp), engine_factory, max_tokens, conversations, timeout_s)
+
+
+def _render(app: Any, out: Path, folder: Path, engine_factory: Callable[[str | None], Any] | None,
+            max_tokens: int, conversations: Sequence[Sequence[str]], timeout_s: float) -> list[Path]:
+    from app.bench_ui import wait_until
+    from app.controller import ChatController
+    from app.main_window import MainWindow
+    from app.preferences import Preferences
+    from engine.engine import Engine
+
+    controller = ChatController(folder / "lanes.db", None, engine_factory or Engine)
+    window = MainWindow(controller, Preferences(max_tokens=max_tokens), folder / "preferences.json")
+    window.resize(*SIZE)
+    window.show()
+    finished: list[int] = []
+    controller.replyFinished.connect(lambda cid, _m: finished.append(cid))
+    controller.replyFailed.connect(lambda cid, why: finished.append(cid))
+
+    def settle(seconds: float = 0.4) -> None:
+        """Let queued loads, layouts and scrolling run."""
+        until = time.monotonic() + seconds
+        wait_until(lambda: time.monotonic() >= until, seconds + 5, "the window to settle")
+
+    try:
+        wait_until(lambda: controller.info is not None, timeout_s, "the model to load")
+        shown: int | None = None
+        for turns in conversations:
+            window.new_conversation()
+            for text in turns:
+                before = len(finished)
+                window.composer.setPlainText(text)
+                window.send(window.composer.toPlainText())
+                wait_until(lambda before=before: len(finished) > before and not controller.generating(),
+                           timeout_s, "a reply")
+            shown = window.current
+        assert shown is not None, "no conversation was seeded"
+        # Open it as a click in the sidebar would: a fresh load of the saved messages, row selected.
+        window.new_conversation()
+        settle()
+        window.sidebar.select(shown)
+        window.open_conversation(shown)
+        wait_until(lambda: window.current == shown and bool(window.chat.widgets), 30, "the conversation to open")
+        settle()
+        paths = [out / FILES[0], out / FILES[1]]
+        _save(window, paths[0])
+        window.toggle_origins(True)
+        window.origins_action.setChecked(True)
+        settle()
+        _save(window, paths[1])
+        return paths
+    finally:
+        window.close()  # controller.close(): joins every thread
+        app.processEvents()
+        window.deleteLater()
+        app.processEvents()
+
+
+def _save(window: Any, path: Path) -> None:
+    image = window.grab().toImage()
+    if (image.width(), image.height()) != SIZE:  # a high-DPI screen: scale back to the documented size
+        from PySide6.QtCore import Qt
+
+        image = image.scaled(*SIZE, Qt.AspectRatioMode.IgnoreAspectRatio,
+                             Qt.TransformationMode.SmoothTransformation)
+    if not image.save(str(path)):
+        raise OSError(f"could not write {path}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    blas.ensure_fast_blas()  # Linux: re-executes with OpenBLAS preloaded, before MLX loads
+    parser = argparse.ArgumentParser(prog="python -m app.screenshots", description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default="docs/screenshots", help="folder for the PNGs (default docs/screenshots)")
+    args = parser.parse_args(argv)
+    try:
+        for path in render_screenshots(Path(args.out)):
+            print(path)
+    finally:
+        if "mlx.core" in sys.modules:  # MLX wants every thread that used it to drop its streams
+            sys.modules["mlx.core"].clear_streams()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
