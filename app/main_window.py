@@ -139,6 +139,8 @@ class MainWindow(QMainWindow):
         self._action("&Conversation", "Edit Last Message…", self.edit_last, "Ctrl+Shift+R")
         self._action("&Conversation", "Rename…", lambda: self.current and self.sidebar.rename(self.current))
         self._action("&Conversation", "Delete…", self.sidebar.delete_current)
+        self.compare_action = self._action("&Conversation", "Compare Own Copy Rates…", self.open_compare,
+                                           "Ctrl+Shift+C")
         self.origins_action = self._action("&View", "Colour Tokens by Origin", self.toggle_origins, "Ctrl+Shift+O")
         self.origins_action.setCheckable(True)
         self.origins_action.setChecked(self.prefs.show_origins)
@@ -308,6 +310,12 @@ class MainWindow(QMainWindow):
         busy = self.current is not None and self.current in self.controller.generating()
         self.stop_button.setEnabled(busy)
         self.stop_action.setEnabled(busy)
+
+    def open_compare(self) -> None:
+        """The comparison pane (its own window), offering the shown conversation."""
+        from app.compare_pane import open_compare_pane
+
+        open_compare_pane(self.controller, self.current, self.prefs.max_tokens, self)
 
     # -- view, export, settings ------------------------------------------------------------------
     def toggle_origins(self, on: bool) -> None:

@@ -5,7 +5,8 @@ Seeds a temporary data folder with a few conversations through the real window a
 edited (so copying from the conversation shows), and saves at 1200x800:
 
 - ``main-window.png``: replies as Markdown, code coloured;
-- ``main-window-origins.png``: the same with "Colour Tokens by Origin" on.
+- ``main-window-origins.png``: the same with "Colour Tokens by Origin" on;
+- ``compare-pane.png``: the comparison pane after an A/B of a copy-friendly request (2 repeats).
 
 Offscreen by default (``QT_QPA_PLATFORM=offscreen`` unless set otherwise).
 """
@@ -25,7 +26,9 @@ from engine import blas
 
 SIZE = (1200, 800)
 MAX_TOKENS = 200
-FILES = ("main-window.png", "main-window-origins.png")
+FILES = ("main-window.png", "main-window-origins.png", "compare-pane.png")
+COMPARE_PROMPT = ("Repeat this list exactly, then again in reverse order: apples, pears, plums, cherries, "
+                  "grapes, melons.")
 
 # Conversations to seed, oldest first; each is a list of user messages sent one after another.
 # The last one is shown: a function, then an edit of it, which the model copies from the conversation.
@@ -105,12 +108,32 @@ def _render(app: Any, out: Path, folder: Path, engine_factory: Callable[[str | N
         window.origins_action.setChecked(True)
         settle()
         _save(window, paths[1])
+        paths.append(_compare(window, out / FILES[2], timeout_s))
         return paths
     finally:
         window.close()  # controller.close(): joins every thread
         app.processEvents()
         window.deleteLater()
         app.processEvents()
+
+
+def _compare(window: Any, path: Path, timeout_s: float) -> Path:
+    """Run the comparison pane on a new prompt and save it."""
+    from app.bench_ui import wait_until
+    from app.compare_pane import open_compare_pane
+
+    pane = open_compare_pane(window.controller, None, 64, window)
+    pane.resize(*SIZE)
+    pane.prompt.setPlainText(COMPARE_PROMPT)
+    pane.repeats.setValue(2)
+    pane.run()
+    wait_until(lambda: pane.running, 30, "the comparison to start")
+    wait_until(lambda: not pane.running, timeout_s, "the comparison")
+    until = time.monotonic() + 0.5
+    wait_until(lambda: time.monotonic() >= until, 5, "the pane to settle")
+    _save(pane, path)
+    pane.close()
+    return path
 
 
 def _save(window: Any, path: Path) -> None:

@@ -90,12 +90,14 @@ def rate_trajectory(start: Mapping[str, Mapping[str, float]] | None, prior: floa
     """
     rates = CopyRates.from_snapshot(start, prior=prior)
     out = []
+    first = rounds[0].round if rounds else 0
     for rs in rounds:
         if rs.source is None or rs.draft_rows == 0:
             continue
         tested = rs.draft_rows if rs.accepted >= rs.draft_rows else rs.accepted + 1
         rates.record(rs.source, tested, rs.accepted)
-        out.append({"round": rs.round, "source": rs.source, "rate": round(rates.rate(rs.source), 4)})
+        # Rounds counted from the run's own start (the engine's counter runs across the session).
+        out.append({"round": rs.round - first + 1, "source": rs.source, "rate": round(rates.rate(rs.source), 4)})
     return out
 
 

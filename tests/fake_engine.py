@@ -5,6 +5,8 @@ Replies echo the last user message: ``"Echo: " + text``, one token per character
 character's code point, so ``decode`` is exact), three tokens an event every ``delay`` seconds; the
 echoed part is marked as copied from context. A message containing ``FAIL`` fails after the first
 event; ``SLOW`` makes the reply 200 times longer (for tests that stop or close mid-reply).
+``DIFFER`` with ``request.own_copy_rates`` True changes the reply's 10th character (token 9), so the
+own-copy-rates comparison sees the "on" side's tokens differ from the "off" side's.
 """
 
 from __future__ import annotations
@@ -95,6 +97,8 @@ class FakeEngine:
     def _generate(self, h: FakeHandle) -> None:
         text = str(h.request.messages[-1]["content"])
         reply = "Echo: " + (text * 200 if "SLOW" in text else text)
+        if "DIFFER" in text and h.request.own_copy_rates is True:  # "DIFFER" makes the reply 12+ long
+            reply = reply[:9] + ("#" if reply[9] != "#" else "%") + reply[10:]
         origins_all = ["model"] * 6 + ["context"] * (len(reply) - 6)
         start, done = time.perf_counter(), 0
         history = {"context": {"accepted": 3.0, "tested": 4.0}}
