@@ -106,6 +106,9 @@ class MainWindow(QMainWindow):
             self._model_loaded(controller.info)
         elif controller.load_error is not None:
             QTimer.singleShot(0, lambda: self._model_failed(controller.load_error or ""))
+        # The store holds the Recall setting (`lanes recall` changes it too): show what it says.
+        controller.store_call(lambda store: store.recall_other_conversations,
+                              lambda on: setattr(self.prefs, "recall_other_conversations", on))
         if prefs.window_geometry:
             self.restoreGeometry(QByteArray.fromBase64(prefs.window_geometry.encode()))
 

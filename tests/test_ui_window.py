@@ -265,3 +265,59 @@ def test_every_control_has_an_accessible_name_and_the_shortcuts_exist(make_windo
     assert shortcuts["Search Conversations"] == QKeySequence(QKeySequence.StandardKey.Find)
     assert not shortcuts["Settings…"].isEmpty() and not shortcuts["Export Conversation…"].isEmpty()
     assert shortcuts["Stop Reply"] == QKeySequence("Esc")
+
+
+def test_copy_puts_the_message_on_the_clipboard(qtbot, make_window) -> None:
+    from PySide6.QtGui import QGuiApplication
+
+    w = make_window()
+    qtbot.waitUntil(lambda: w.send_button.isEnabled())
+    w.send("clip this")
+    wait_reply_saved(qtbot, w)
+    qtbot.mouseClick(w.chat.widgets[-1].copy_button, Qt.MouseButton.LeftButton)
+    assert QGuiApplication.clipboard().text() == "Echo: clip this"
+
+
+def test_settings_are_applied_saved_and_switch_the_model(qtbot, make_window, tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    from app import main_window
+    from app.preferences import load_preferences
+
+    w = make_window()
+    qtbot.waitUntil(lambda: w.send_button.isEnabled())
+    chosen = Preferences(model="/models/other", max_tokens=7, temperature=0.5, recall_other_conversations=False,
+                         system_prompt="Be brief.")
+    monkeypatch.setattr(main_window.SettingsDialog, "exec", lambda self: True)
+    monkeypatch.setattr(main_window.SettingsDialog, "preferences", lambda self: chosen)
+    w.open_settings()
+    saved, _warnings = load_preferences(tmp_path / "prefs.json")
+    assert (saved.model, saved.max_tokens, saved.temperature, saved.system_prompt) == (
+        "/models/other", 7, 0.5, "Be brief.")
+    qtbot.waitUntil(lambda: w.send_button.isEnabled() and w.controller.service.engine.model == "/models/other")
+    with Store(tmp_path / "lanes.db") as store:
+        qtbot.waitUntil(lambda: store.recall_other_conversations is False)
+    w.send("hello")
+    wait_reply_saved(qtbot, w)
+    request = w.controller.service.engine.requests[-1]
+    assert (request.max_tokens, request.temperature, request.recall) == (7, 0.5, False)
+    assert request.messages[0] == {"role": "system", "content": "Be brief."}
+
+
+def test_export_from_the_menu_writes_escaped_html_and_all_as_json(qtbot, make_window, tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    from PySide6.QtWidgets import QFileDialog
+
+    w = make_window()
+    qtbot.waitUntil(lambda: w.send_button.isEnabled())
+    w.send("<script>alert(1)</script>")
+    wait_reply_saved(qtbot, w)
+    page = tmp_path / "out" / "chat.html"
+    page.parent.mkdir()
+    monkeypatch.setattr(QFileDialog, "getSaveFileName", lambda *a, **k: (str(page), "HTML (*.html)"))
+    w.export_current()
+    qtbot.waitUntil(page.exists)
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page.read_text() and "<script>" not in page.read_text()
+    folder = tmp_path / "all"
+    monkeypatch.setattr(QFileDialog, "getExistingDirectory", lambda *a, **k: str(folder))
+    w.export_all()
+    qtbot.waitUntil(lambda: (folder / f"conversation-{w.current}.json").exists())
