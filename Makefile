@@ -6,6 +6,7 @@
 #   make bench-store  the store at scale (10,000 conversations, synthetic, temp folder): out/bench-store.*
 #   make bench-ui  window responsiveness with 4 replies streaming at once (GUI-thread stalls): out/bench-ui.*
 #   make screenshots  the main window as PNGs (real model, temp folder, offscreen): docs/screenshots/
+#   make package  the app for this platform with PyInstaller: dist/Lanes.app (macOS) or dist/Lanes/ (Linux)
 #   make clean  caches and outputs; `make distclean` also removes .venv
 
 SHELL := /bin/bash
@@ -34,8 +35,8 @@ else
 WITH_BLAS =
 endif
 
-.PHONY: help setup openblas run test lint format bench bench-heldout bench-store bench-ui screenshots clean \
-	distclean
+.PHONY: help setup openblas run test lint format bench bench-heldout bench-store bench-ui screenshots package \
+	clean distclean
 
 help:
 	@sed -n 's/^#   //p' $(MAKEFILE_LIST)
@@ -122,6 +123,11 @@ bench-ui: setup
 # Greedy replies, so the same PNGs every run (app/screenshots.py sets QT_QPA_PLATFORM=offscreen itself).
 screenshots: setup
 	$(WITH_BLAS) $(PY) -m app.screenshots --out docs/screenshots
+
+# One folder with everything, the embedded model included (packaging/README.md); check it with
+# `dist/Lanes/Lanes --self-test` (macOS: dist/Lanes.app/Contents/MacOS/Lanes --self-test).
+package: setup
+	PY=$(PY) packaging/build.sh
 
 clean:
 	rm -rf out build dist *.egg-info .pytest_cache .ruff_cache .hypothesis

@@ -16,7 +16,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="lanes-app", description="Lanes: the chat window")
     parser.add_argument("--data-dir", default=None, help="folder of the database (overrides Settings)")
     parser.add_argument("--model", default=None, help="model to load (overrides Settings)")
+    parser.add_argument("--self-test", action="store_true",
+                        help="check this build offscreen (Qt, the model, a database) and exit")
     args = parser.parse_args(argv)
+    if args.self_test:
+        from app import selftest
+
+        return selftest.main(model=args.model)
 
     import qasync
     from PySide6.QtWidgets import QApplication
@@ -49,6 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     asyncio.set_event_loop(loop)
     closed = asyncio.Event()
     app.lastWindowClosed.connect(closed.set)
+    _close_on_signals(window)
     try:
         with loop:
             loop.run_until_complete(closed.wait())
@@ -56,6 +63,24 @@ def main(argv: list[str] | None = None) -> int:
         if "mlx.core" in sys.modules:  # MLX wants every thread that used it to drop its streams
             sys.modules["mlx.core"].clear_streams()
     return 0
+
+
+def _close_on_signals(window: object) -> None:
+    """Ctrl-C (SIGINT) or SIGTERM in the terminal closes the window the normal way: replies are saved
+    as partial and every thread is joined. Qt's loop runs in C++, so a 200 ms timer lets Python see
+    the signal at all."""
+    import signal
+
+    from PySide6.QtCore import QTimer
+
+    def close(_signum: int, _frame: object) -> None:
+        QTimer.singleShot(0, window.close)  # type: ignore[attr-defined]
+
+    signal.signal(signal.SIGINT, close)
+    signal.signal(signal.SIGTERM, close)
+    wake = QTimer(window)  # type: ignore[arg-type]
+    wake.timeout.connect(lambda: None)
+    wake.start(200)
 
 
 def _offer_move_aside(db: Path, reason: str) -> bool:

@@ -54,3 +54,32 @@ def test_type_send_stream_save_and_reopen(qtbot, loaded, chat_prompt, reference,
     qtbot.waitUntil(lambda: len(again.chat.widgets) == 2)
     assert again.chat.widgets[-1].view.plain_text() == reply.content
     again.close()
+
+
+def test_lanes_app_starts_and_ctrl_c_closes_it_cleanly(tmp_path: Path) -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    env = {**os.environ, "QT_QPA_PLATFORM": "offscreen"}
+    proc = subprocess.Popen([sys.executable, "-m", "app.main", "--data-dir", str(tmp_path)],
+                            cwd=Path(__file__).resolve().parent.parent, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not (tmp_path / "lanes.db").exists() and time.monotonic() < deadline:
+            assert proc.poll() is None, proc.communicate()[0]
+            time.sleep(0.2)
+        time.sleep(2)  # the window is up; the model is loading or loaded
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0, out
+    assert "Traceback" not in out
+    prefs = Path(os.environ["LANES_CONFIG_DIR"]) / "preferences.json"
+    assert prefs.is_file()  # closed through the window's own close: settings saved, threads joined
