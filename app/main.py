@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import atexit
 import sys
 from pathlib import Path
 
@@ -19,6 +20,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--self-test", action="store_true",
                         help="check this build offscreen (Qt, the model, a database) and exit")
     args = parser.parse_args(argv)
+    # MLX wants every thread that used it to drop its streams before the interpreter goes, or the
+    # process aborts at exit; at exit, not here, so a caller's thread keeps its streams meanwhile.
+    atexit.register(_drop_mlx_streams)
     if args.self_test:
         from app import selftest
 
@@ -34,6 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     from engine.store import paths
 
     app = QApplication.instance() or QApplication(sys.argv[:1])
+    stop = _StopOnSignals()  # from here on Ctrl-C / SIGTERM close the app the normal way
     app.setApplicationName("Lanes")
     app.setOrganizationName("Lanes")
     prefs, warnings = load_preferences()
@@ -50,37 +55,54 @@ def main(argv: list[str] | None = None) -> int:
     for w in warnings:
         window.statusBar().showMessage(w, 10000)
     window.show()
+    if not stop.attach(window):
+        window.close()  # asked to stop while starting: close the normal way, then leave
+        return 0
 
     loop = qasync.QEventLoop(app)
     asyncio.set_event_loop(loop)
     closed = asyncio.Event()
     app.lastWindowClosed.connect(closed.set)
-    _close_on_signals(window)
-    try:
-        with loop:
-            loop.run_until_complete(closed.wait())
-    finally:
-        if "mlx.core" in sys.modules:  # MLX wants every thread that used it to drop its streams
-            sys.modules["mlx.core"].clear_streams()
+    with loop:
+        loop.run_until_complete(closed.wait())
     return 0
 
 
-def _close_on_signals(window: object) -> None:
-    """Ctrl-C (SIGINT) or SIGTERM in the terminal closes the window the normal way: replies are saved
-    as partial and every thread is joined. Qt's loop runs in C++, so a 200 ms timer lets Python see
-    the signal at all."""
-    import signal
+def _drop_mlx_streams() -> None:
+    if "mlx.core" in sys.modules:
+        sys.modules["mlx.core"].clear_streams()
 
-    from PySide6.QtCore import QTimer
 
-    def close(_signum: int, _frame: object) -> None:
-        QTimer.singleShot(0, window.close)  # type: ignore[attr-defined]
+class _StopOnSignals:
+    """Ctrl-C (SIGINT) or SIGTERM closes the window the normal way: replies saved as partial, every
+    thread joined. Installed before the window exists, so a signal during start-up is not lost in a
+    Qt slot (which would swallow the KeyboardInterrupt and leave the app running); Qt's loop runs in
+    C++, so a 200 ms timer lets Python see a signal at all."""
 
-    signal.signal(signal.SIGINT, close)
-    signal.signal(signal.SIGTERM, close)
-    wake = QTimer(window)  # type: ignore[arg-type]
-    wake.timeout.connect(lambda: None)
-    wake.start(200)
+    def __init__(self) -> None:
+        import signal
+
+        from PySide6.QtCore import QTimer
+
+        self.window: object | None = None
+        self.requested = False
+        signal.signal(signal.SIGINT, self._handle)
+        signal.signal(signal.SIGTERM, self._handle)
+        self._wake = QTimer()
+        self._wake.timeout.connect(lambda: None)
+        self._wake.start(200)
+
+    def _handle(self, _signum: int, _frame: object) -> None:
+        from PySide6.QtCore import QTimer
+
+        self.requested = True
+        if self.window is not None:
+            QTimer.singleShot(0, self.window.close)  # type: ignore[attr-defined]
+
+    def attach(self, window: object) -> bool:
+        """Close this window on a signal from now on; False when one came already."""
+        self.window = window
+        return not self.requested
 
 
 def _offer_move_aside(db: Path, reason: str) -> bool:

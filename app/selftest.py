@@ -225,11 +225,6 @@ def main(say: Callable[[str], None] = print, model: str | None = None) -> int:
     results = run_checks(say, model)
     total = time.perf_counter() - t0
     failed = [c for c in results if not c.ok]
-    try:
-        if "mlx.core" in sys.modules:  # MLX wants every thread that used it to drop its streams
-            sys.modules["mlx.core"].clear_streams()
-    except Exception as exc:
-        say(f"warning: clear_streams failed: {exc}")
     if failed:
         say(f"self-test FAILED: {len(failed)} of {len(results)} checks ({total:.1f}s)")
         for c in failed:
