@@ -26,20 +26,31 @@ ROLE_NAMES = {"user": "You", "assistant": "Lanes", "system": "System"}
 STATUS_NOTES = {"partial": "stopped early", "cancelled": "stopped", "error": "error"}
 
 
-def stats_text(stats: Mapping[str, Any] | None) -> str:
-    """tok/s, time to first token, tokens, stop reason, rows tested/accepted by source."""
-    if not stats:
+def _number(value: Any) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def stats_text(stats: Any) -> str:
+    """tok/s, time to first token, tokens, stop reason, rows tested/accepted by source.
+
+    Imported transcripts may carry anything here: what is not the expected shape shows as "–"."""
+    if not isinstance(stats, Mapping) or not stats:
         return ""
-    ttft = stats.get("first_token_s")
-    parts = [f"{stats.get('tokens_per_s', 0.0):.1f} tok/s",
+    tok_s, ttft, generated = (_number(stats.get(k)) for k in ("tokens_per_s", "first_token_s", "generated"))
+    parts = [f"{tok_s:.1f} tok/s" if tok_s is not None else "– tok/s",
              f"first token {ttft:.2f} s" if ttft is not None else "first token –",
-             f"{stats.get('generated', 0)} tokens", str(stats.get("reason", ""))]
-    rows = stats.get("rows") or {}
+             f"{int(generated)} tokens" if generated is not None else "– tokens", str(stats.get("reason", ""))]
+    rows = stats.get("rows")
+    rows = rows if isinstance(rows, Mapping) else {}
+    copied = False
     for source in ("context", "recall"):
-        c = rows.get(source) or {}
-        if c.get("tested"):
-            parts.append(f"{source} rows {c.get('accepted', 0)}/{c.get('tested', 0)} accepted")
-    if not any((rows.get(s) or {}).get("tested") for s in ("context", "recall")):
+        c = rows.get(source)
+        c = c if isinstance(c, Mapping) else {}
+        tested, accepted = _number(c.get("tested")), _number(c.get("accepted"))
+        if tested:
+            copied = True
+            parts.append(f"{source} rows {int(accepted or 0)}/{int(tested)} accepted")
+    if not copied:
         parts.append("no copied rows")
     return " · ".join(p for p in parts if p)
 

@@ -74,6 +74,8 @@ class ChatController(QObject):
         self._decode: Callable[[list[int]], str] | None = None
         self._compareEvent.connect(self._on_compare_event)
         self.comparison_task: Any = None
+        self._model_generation = 0  # answers about a model replaced since are dropped
+        self._recall_loaded = False
         self._serviceEvent.connect(self._on_service_event)
         self._futureDone.connect(self._on_future_done)
         self._timer = QTimer(self)
@@ -106,28 +108,39 @@ class ChatController(QObject):
 
     # -- the model -------------------------------------------------------------------------------
     def _watch_model(self) -> None:
-        engine = self.service.engine
-        self.when_done(engine.loaded, lambda info: self._loaded(engine, info),
-                       lambda exc: self._load_failed(engine, exc))
+        engine, gen = self.service.engine, self._model_generation
+        self.when_done(engine.loaded, lambda info: self._loaded(engine, gen, info),
+                       lambda exc: self._load_failed(gen, exc))
 
-    def _load_failed(self, engine: Engine, exc: BaseException) -> None:
-        if engine is self.service.engine:
+    def _load_failed(self, gen: int, exc: BaseException) -> None:
+        if gen == self._model_generation:
             self.load_error = str(exc)
             self.modelFailed.emit(self.load_error)
 
-    def _loaded(self, engine: Engine, info: ModelInfo) -> None:
-        if engine is not self.service.engine:
+    def _loaded(self, engine: Engine, gen: int, info: ModelInfo) -> None:
+        if gen != self._model_generation:
             return  # a model replaced before it finished loading
         self.info = info
         self.modelLoaded.emit(info)
 
         def tokenizer_ready(tokenizer: Any) -> None:
-            if engine is self.service.engine:
+            if gen == self._model_generation:
                 self._decode = tokenizer.decode
 
         # Asked for on the store thread: the engine thread may be mid-round, and the GUI never waits.
         self.store_call(lambda _s: engine.run_sync(lambda sched: sched.tokenizer, timeout=60), tokenizer_ready)
-        self.when_done(self.service.load_recall(), lambda _n: None)
+        self._recall_loaded = False
+        self._load_recall()
+
+    def _load_recall(self) -> None:
+        """Feed the engine's Recall from the store, once per model (the setting may turn it on later)."""
+        if self.info is None or self._recall_loaded:
+            return
+
+        def loaded(tokens: int) -> None:
+            self._recall_loaded = tokens > 0 or self._recall_loaded
+
+        self.when_done(self.service.load_recall(), loaded)
 
     def switch_model(self, model: str | None) -> None:
         """Load another model; replies running now are stopped and saved first. The old engine is
@@ -136,6 +149,7 @@ class ChatController(QObject):
         self.load_error = None
         self._decode = None
         self.model_spec = model
+        self._model_generation += 1
         self.store_call(lambda _s: self.service.switch_model(model), lambda _r: self._watch_model(),
                         lambda exc: self.modelFailed.emit(str(exc)))
 
@@ -164,7 +178,18 @@ class ChatController(QObject):
                         lambda _c: self.conversationsChanged.emit())
 
     def delete(self, conversation_id: int, on_done: Callable[[], None] = lambda: None) -> None:
-        self.stop(conversation_id)
+        """Delete a conversation; a reply running in it is stopped and ends first."""
+        task = self._tasks.get(conversation_id)
+        if task is not None:
+            task.cancel()
+
+            def ended(_result: object) -> None:
+                if self._tasks.get(conversation_id) is task:
+                    self._tasks.pop(conversation_id)
+                self.delete(conversation_id, on_done)
+
+            self.when_done(task.done, ended, ended)
+            return
 
         def gone(_r: object) -> None:
             self.conversationsChanged.emit()
@@ -179,7 +204,7 @@ class ChatController(QObject):
     def set_recall_other_conversations(self, on: bool) -> None:
         from engine.store.store import RECALL_SETTING
 
-        self.store_call(lambda s: s.set_setting(RECALL_SETTING, on))
+        self.store_call(lambda s: s.set_setting(RECALL_SETTING, on), lambda _r: self._load_recall() if on else None)
 
     # -- replies ---------------------------------------------------------------------------------
     def generating(self) -> set[int]:

@@ -34,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     from app.controller import ChatController
     from app.main_window import MainWindow
     from app.preferences import load_preferences, preferences_path
-    from engine.errors import StoreError
+    from engine.errors import NewerSchemaError, NotLanesDatabaseError, StoreError
     from engine.store import paths
 
     app = QApplication.instance() or QApplication(sys.argv[:1])
@@ -47,9 +47,14 @@ def main(argv: list[str] | None = None) -> int:
         from engine.store.store import Store
 
         Store(db).close()  # a foreign or newer file: say so now, before any window
-    except StoreError as exc:
+    except (NotLanesDatabaseError, NewerSchemaError) as exc:
         if not _offer_move_aside(db, str(exc)):
             return 2
+    except StoreError as exc:  # locked, unreadable folder...: moving the file would not help
+        from PySide6.QtWidgets import QMessageBox
+
+        QMessageBox.critical(None, "Lanes cannot open its database", str(exc))
+        return 2
     controller = ChatController(db, args.model or prefs.model)
     window = MainWindow(controller, prefs, preferences_path())
     for w in warnings:
@@ -117,7 +122,11 @@ def _offer_move_aside(db: Path, reason: str) -> bool:
     box.exec()
     if box.clickedButton() is not move:
         return False
-    moved = move_aside(db)
+    try:
+        moved = move_aside(db)
+    except OSError as exc:
+        QMessageBox.critical(None, "Could not move the database", f"{db}: {exc}")
+        return False
     QMessageBox.information(None, "Moved aside", f"The old file is now {moved}.")
     return True
 

@@ -222,8 +222,9 @@ class Sidebar(QWidget):
         menu.exec(self.list.viewport().mapToGlobal(pos))
 
     def rename(self, conversation_id: int) -> None:
-        row = self.model.rows[self.model.row_of(conversation_id)]
-        title, ok = QInputDialog.getText(self, "Rename Conversation", "Title:", text=row.title)
+        i = self.model.row_of(conversation_id)  # -1 when a search hides it: start from an empty title
+        title, ok = QInputDialog.getText(self, "Rename Conversation", "Title:",
+                                         text=self.model.rows[i].title if i >= 0 else "")
         if ok and title.strip():
             self.controller.rename(conversation_id, title.strip())
 
@@ -233,11 +234,12 @@ class Sidebar(QWidget):
             self.delete(cid)
 
     def delete(self, conversation_id: int, confirm: bool = True) -> None:
-        row = self.model.rows[self.model.row_of(conversation_id)]
+        i = self.model.row_of(conversation_id)
+        what = (f"“{self.model.rows[i].title or 'New conversation'}” and its {self.model.rows[i].messages} messages"
+                if i >= 0 else "this conversation")
         if confirm:
             answer = QMessageBox.question(
-                self, "Delete Conversation",
-                f"Delete “{row.title or 'New conversation'}” and its {row.messages} messages? This cannot be undone.",
+                self, "Delete Conversation", f"Delete {what}? This cannot be undone.",
                 QMessageBox.StandardButton.Cancel | QMessageBox.StandardButton.Yes, QMessageBox.StandardButton.Cancel)
             if answer != QMessageBox.StandardButton.Yes:
                 return

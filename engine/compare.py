@@ -36,6 +36,8 @@ class CompareSpec:
     copy_history: Mapping[str, Mapping[str, float]] | None = None  # None: the family prior
     temperature: float = 0.0
     top_p: float = 1.0
+    recall: bool = True  # Recall from other conversations, as the user's setting says
+    exclude: str | None = None  # the conversation's own Recall document, skipped as a chat reply would
 
     def __post_init__(self) -> None:
         if self.repeats < 1:
@@ -53,6 +55,7 @@ class CompareSpec:
             messages=self.messages, max_tokens=self.max_tokens, temperature=self.temperature, top_p=self.top_p,
             own_copy_rates=side == "on", drafts=side != "plain", copy_history=self.copy_history,
             conversation=None,  # no KV reuse between runs: each one prefills from scratch
+            recall=self.recall, recall_exclude=self.exclude,
         )
 
     def settings(self) -> dict[str, Any]:

@@ -166,8 +166,8 @@ class Engine:
         self._call(job)
         return fut.result(timeout)
 
-    def close(self, timeout: float = 30.0) -> None:
-        """Cancel every stream, stop the thread and join it."""
+    def close(self, timeout: float | None = 30.0) -> None:
+        """Cancel every stream, stop the thread and join it (``timeout`` None: however long a load takes)."""
         if self._thread.is_alive():
             self._commands.put(None)
             self._thread.join(timeout)

@@ -57,6 +57,7 @@ class Request:
     own_copy_rates: bool | None = None
     copy_history: Mapping[str, Mapping[str, float]] | None = None
     conversation: str | None = None
+    recall_exclude: str | None = None  # a Recall document to skip without naming the conversation
     id: str = field(default_factory=new_request_id)
 
 

@@ -198,7 +198,7 @@ class Scheduler:
         offers: list[Offer] = []
         for i, s in enumerate(self.active):
             s.rates.tick()
-            w = s.propose(self.recall, s.request.conversation or s.id)
+            w = s.propose(self.recall, s.request.recall_exclude or s.request.conversation or s.id)
             windows.append(w)
             if w is not None:
                 probe = s.own_rates and s.rates.probe_due(w.source)

@@ -123,7 +123,7 @@ class FakeEngine:
         h.events.put(Finished(h.id, reason, tuple(ord(c) for c in text), tuple(origins), text, stats,  # type: ignore[arg-type]
                               history))
 
-    def close(self, timeout: float = 30.0) -> None:
+    def close(self, timeout: float | None = 30.0) -> None:
         self.closed = True
         for t in self._threads:
             t.join(timeout)

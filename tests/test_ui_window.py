@@ -321,3 +321,30 @@ def test_export_from_the_menu_writes_escaped_html_and_all_as_json(qtbot, make_wi
     monkeypatch.setattr(QFileDialog, "getExistingDirectory", lambda *a, **k: str(folder))
     w.export_all()
     qtbot.waitUntil(lambda: (folder / f"conversation-{w.current}.json").exists())
+
+
+def test_deleting_a_conversation_while_it_replies_stops_it_first(qtbot, make_window, tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    w = make_window()
+    qtbot.waitUntil(lambda: w.send_button.isEnabled())
+    failures: list[str] = []
+    w.controller.replyFailed.connect(lambda _cid, why: failures.append(why))
+    w.send("SLOW and then gone")
+    qtbot.waitUntil(lambda: len(w.chat.widgets) == 2 and bool(w.chat.widgets[-1].view.plain_text()))
+    cid = w.current
+    monkeypatch.setattr(QMessageBox, "question", lambda *a, **k: QMessageBox.StandardButton.Yes)
+    w.sidebar.delete(cid)
+    qtbot.waitUntil(lambda: w.sidebar.model.row_of(cid) < 0 and not w.controller.generating())
+    qtbot.wait(100)
+    assert failures == []
+    assert f"c{cid}" not in w.controller.service.engine.recall  # nothing of it went back into Recall
+    with Store(tmp_path / "lanes.db") as store:
+        assert store.count_conversations() == 0
+
+
+def test_statistics_of_any_shape_never_break_a_message() -> None:
+    from app.chat_view import stats_text
+
+    assert stats_text({"tokens_per_s": None, "first_token_s": "soon", "rows": [1, 2]}).startswith("– tok/s")
+    assert stats_text({"rows": {"context": {"tested": "x"}}}).endswith("no copied rows")
+    assert stats_text(["not", "a", "mapping"]) == ""

@@ -21,10 +21,11 @@ def build_spec(store: Store, *, prompt: str | None = None, conversation_id: int 
     message answered again (the turns before it as history).
     """
     sides = ("off", "on", "plain") if plain else ("off", "on")
+    recall = store.recall_other_conversations
     if conversation_id is None:
         if not prompt or not prompt.strip():
             raise LanesError("give a prompt or a conversation to compare")
-        return CompareSpec(({"role": "user", "content": prompt},), max_tokens, repeats, sides)
+        return CompareSpec(({"role": "user", "content": prompt},), max_tokens, repeats, sides, recall=recall)
     conv = store.conversation(conversation_id)
     messages = store.messages(conversation_id)
     if prompt is None or not prompt.strip():
@@ -33,7 +34,8 @@ def build_spec(store: Store, *, prompt: str | None = None, conversation_id: int 
             raise LanesError(f"conversation {conversation_id} has no message to answer; give --prompt")
         prompt, messages = messages[users[-1]].content, messages[: users[-1]]
     turns = (*request_messages(conv, messages), {"role": "user", "content": prompt})
-    return CompareSpec(tuple(turns), max_tokens, repeats, sides, copy_history=store.copy_history(conversation_id))
+    return CompareSpec(tuple(turns), max_tokens, repeats, sides, copy_history=store.copy_history(conversation_id),
+                       recall=recall, exclude=conv.key)
 
 
 def save(store: Store, spec: CompareSpec, runs: Sequence[Run], model: str, conversation_id: int | None,

@@ -92,7 +92,8 @@ def _migrate(conn: sqlite3.Connection, path: Path) -> None:
             conn.execute(f"PRAGMA user_version = {version + 1}")
             conn.execute("COMMIT")
         except BaseException:
-            conn.execute("ROLLBACK")
+            if conn.in_transaction:  # BEGIN itself may be what failed (locked): nothing to undo
+                conn.execute("ROLLBACK")
             raise
 
 

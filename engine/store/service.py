@@ -172,26 +172,36 @@ class ChatService:
         self.tasks: set[ReplyTask] = set()
         self.comparisons: set[ComparisonTask] = set()
         self._lock = threading.Lock()
+        self._closed = False
 
     def loaded(self) -> Future[ModelInfo]:
         return self.engine.loaded
 
     def switch_model(self, model: str | None) -> None:
-        """Stop every reply, then load another model (its result arrives on ``loaded()``)."""
+        """Stop every reply, then load another model (its result arrives on ``loaded()``).
+
+        The old engine's thread is joined without a time limit (a model mid-load cannot be
+        interrupted): two threads never own MLX at once. Does nothing once the service is closed."""
         self.cancel_all()
         self.join_replies()
-        self.engine.close()
-        self.engine = self._engine_factory(model)
+        self.engine.close(timeout=None)
+        with self._lock:
+            if self._closed:
+                return
+            self.engine = self._engine_factory(model)
 
     def load_recall(self) -> Future[int]:
         """Feed Recall from the store (after the model loaded): on the store thread."""
-        info = self.engine.info()
-        return self.store.submit(lambda store: ChatSession(store, self.engine, info.name).load_recall())
+        engine = self.engine  # one engine for the name and the calls, even if a switch comes between
+        info = engine.info()
+        return self.store.submit(lambda store: ChatSession(store, engine, info.name).load_recall())
 
     def session_call(self, fn: Callable[[ChatSession], T]) -> Future[T]:
         """Run ``fn`` with a ChatSession on the store thread (set_recallable, delete_conversation, ...)."""
+        engine = self.engine
+
         def job(store: Store) -> T:
-            return fn(ChatSession(store, self.engine, self.engine.info().name))
+            return fn(ChatSession(store, engine, engine.info().name))
 
         return self.store.submit(job)
 
@@ -229,10 +239,24 @@ class ChatService:
             task.done.set_result(saved)
         except BaseException as exc:
             log.exception("reply in conversation %s failed", task.conversation_id)
+            self._abandon(task, exc)
             task.done.set_exception(exc)
         finally:
             with self._lock:
                 self.tasks.discard(task)
+
+    def _abandon(self, task: ReplyTask, exc: BaseException) -> None:
+        """A reply that broke outside the engine (the store, a callback): stop its stream and keep
+        what it had, marked as an error, rather than a silent partial row."""
+        reply = task._reply
+        if reply is None or reply.done is not None:
+            return
+        reply.handle.cancel()
+        try:
+            with Store(self.path) as store:
+                store.update_message(reply.message_id, content=reply.text, status="error", error=str(exc))
+        except Exception:
+            log.exception("could not save the broken reply %s", reply.message_id)
 
     def start_comparison(self, on_event: Callable[[CompareEvent], None], *, prompt: str | None = None,
                          conversation_id: int | None = None, max_tokens: int = 256, repeats: int = 3,
@@ -309,8 +333,13 @@ class ChatService:
             th.join(timeout)
 
     def close(self) -> None:
-        """Stop every reply (saved as partial), join every thread, stop the engine and the store."""
+        """Stop every reply (saved as partial), join every thread, stop the store and the engine.
+
+        The store thread goes first: a model switch running on it then finishes (or sees the service
+        closed and starts nothing) before the engine it left behind is closed."""
+        with self._lock:
+            self._closed = True
         self.cancel_all(partial=True)
         self.join_replies()
-        self.engine.close()
         self.store.close()
+        self.engine.close()

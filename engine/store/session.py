@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from engine.errors import LanesError
+from engine.errors import LanesError, NotFoundError
 from engine.events import Event, Failed, Finished, ReplyStats, Request, Tokens
 from engine.store.recall import recall_documents
 from engine.store.records import Conversation, Message
@@ -198,13 +198,14 @@ class ChatSession:
         if not users:
             raise LanesError(f"conversation {conversation_id} has no message to answer")
         last = messages[users[-1]]
-        self.store.delete_messages_after(last.id)
-        if text is not None:
-            if not text.strip():
-                raise LanesError("the message is empty")
-            self.store.update_message(last.id, content=text, tokens=self.engine.encode(text),
-                                      tokens_model=self.model)
-            last = self.store.message(last.id)
+        if text is not None and not text.strip():
+            raise LanesError("the message is empty")  # before anything is deleted
+        tokens = self.engine.encode(text) if text is not None else None
+        with self.store.write():
+            self.store.delete_messages_after(last.id)
+            if text is not None:
+                self.store.update_message(last.id, content=text, tokens=tokens, tokens_model=self.model)
+        last = self.store.message(last.id)
         history = request_messages(conv, messages[: users[-1]])
         return self._submit(conv, last, history, settings or ReplySettings())
 
@@ -252,8 +253,16 @@ class ChatSession:
         )
         self.store.save_copy_history(reply.conversation.id, done.copy_history)
         conv = reply.conversation
-        if done.tokens and conv.recallable and self.store.recall_other_conversations:
+        if done.tokens and conv.recallable and self.store.recall_other_conversations and self._exists(conv.id):
             self.engine.add_recall(conv.key, list(done.tokens))
+
+    def _exists(self, conversation_id: int) -> bool:
+        """False when the conversation was deleted while its reply ran (nothing of it may go to Recall)."""
+        try:
+            self.store.conversation(conversation_id)
+        except NotFoundError:
+            return False
+        return True
 
     def _fail(self, reply: Reply, failed: Failed) -> None:
         reply.done = failed

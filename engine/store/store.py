@@ -106,11 +106,11 @@ class Store:
         self.db.conn.execute("BEGIN IMMEDIATE")
         try:
             yield
+            self.db.conn.execute("COMMIT")
         except BaseException:
-            if self.db.conn.in_transaction:
+            if self.db.conn.in_transaction:  # also when COMMIT itself failed: never leave it open
                 self.db.conn.execute("ROLLBACK")
             raise
-        self.db.conn.execute("COMMIT")
 
     # -- conversations -------------------------------------------------------
     def create_conversation(
@@ -340,6 +340,8 @@ class Store:
             f"SELECT id, conversation_id FROM messages WHERE id IN ({marks})", [h[0] for h in hits]).fetchall())
         best: dict[int, str] = {}
         for rowid, snip in hits:
+            if rowid not in owner:
+                continue  # deleted by another connection between the two reads
             best.setdefault(owner[rowid], snip)
             if len(best) == limit:
                 break
@@ -359,6 +361,7 @@ class Store:
             ConversationSummary(cid, convs[cid]["title"], convs[cid]["model"], convs[cid]["updated_at"],
                                 convs[cid]["n"], snip)
             for cid, snip in best.items()
+            if cid in convs
         ]
 
     def recall_rows(self) -> Iterator[tuple[int, int, str, bytes | None, str | None]]:
