@@ -263,10 +263,19 @@ class MainWindow(QMainWindow):
             self.controller.edit_last(self.current, text, self.prefs.reply_settings())
 
     def _reply_started(self, conversation_id: int) -> None:
-        if conversation_id == self.current:
+        if conversation_id != self.current:
+            return
+        live = self.controller.live.get(conversation_id)
+        shown = [w.message.id for w in self.chat.widgets]
+        user = live.user_message if live is not None else None
+        if live is None or user is None or live.message_id is None or (shown and shown[-1] >= user.id):
+            # A regenerate or an edit changed earlier messages: load the conversation again.
             self.controller.load_conversation(conversation_id, self._show)
-        else:
-            self.sidebar.model.reload()
+            return
+        # A new message: add it and the empty reply, without re-rendering the whole conversation.
+        self.chat.add(user)
+        self.chat.add(Message(live.message_id, conversation_id, "assistant", "", status="partial"))
+        self._update_stop()
 
     def _live_updated(self, ids: set[int]) -> None:
         if self.current in ids:
