@@ -34,6 +34,7 @@ from PySide6.QtCore import QEvent, QEventLoop, QObject, Qt, QTimer
 from PySide6.QtWidgets import QApplication, QWidget
 
 from engine import blas
+from engine.runtime import cpu_model, drop_mlx_streams, usable_cores
 
 WORKLOAD = Path(__file__).resolve().parent.parent / "resources" / "workloads" / "mixed.jsonl"
 PROBE_MS = 10
@@ -90,20 +91,11 @@ def stall_summary(stalls_ms: Sequence[float]) -> dict[str, Any]:
 
 def machine() -> dict[str, Any]:
     """Where the numbers came from (no MLX import: the caller may not have loaded it yet)."""
-    cpu = ""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 0)
     from PySide6 import QtCore
     from PySide6.QtGui import QGuiApplication
 
     return {
-        "platform": platform.platform(), "cores": cores, "cpu_model": cpu or platform.processor(),
+        "platform": platform.platform(), "cores": usable_cores(), "cpu_model": cpu_model(),
         "python": platform.python_version(), "pyside6": QtCore.__version__, "qt": QtCore.qVersion(),
         "qpa": QGuiApplication.platformName(), "blas": blas.blas_backend(),
         "date": time.strftime("%Y-%m-%d"),
@@ -414,8 +406,7 @@ def main(argv: list[str] | None = None) -> int:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(json.dumps(result, indent=2) + "\n")
     finally:
-        if "mlx.core" in sys.modules:  # MLX wants every thread that used it to drop its streams
-            sys.modules["mlx.core"].clear_streams()
+        drop_mlx_streams()
     return 0
 
 

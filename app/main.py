@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from engine import blas
+from engine.runtime import drop_mlx_streams
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -22,7 +23,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     # MLX wants every thread that used it to drop its streams before the interpreter goes, or the
     # process aborts at exit; at exit, not here, so a caller's thread keeps its streams meanwhile.
-    atexit.register(_drop_mlx_streams)
+    atexit.register(drop_mlx_streams)
     if args.self_test:
         from app import selftest
 
@@ -72,10 +73,6 @@ def main(argv: list[str] | None = None) -> int:
         loop.run_until_complete(closed.wait())
     return 0
 
-
-def _drop_mlx_streams() -> None:
-    if "mlx.core" in sys.modules:
-        sys.modules["mlx.core"].clear_streams()
 
 
 class _StopOnSignals:

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from engine import blas
+from engine.runtime import drop_mlx_streams
 
 SIZE = (1200, 800)
 MAX_TOKENS = 200
@@ -156,8 +157,7 @@ def main(argv: list[str] | None = None) -> int:
         for path in render_screenshots(Path(args.out)):
             print(path)
     finally:
-        if "mlx.core" in sys.modules:  # MLX wants every thread that used it to drop its streams
-            sys.modules["mlx.core"].clear_streams()
+        drop_mlx_streams()
     return 0
 
 

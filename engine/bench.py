@@ -24,6 +24,7 @@ from engine import blas
 from engine.costmodel import CostModel
 from engine.events import Event, Failed, Finished, Request
 from engine.models import LoadedModel
+from engine.runtime import cpu_model, usable_cores
 from engine.scheduler import Scheduler
 from engine.workload import WorkItem
 
@@ -125,8 +126,8 @@ def machine() -> dict[str, Any]:
     info: dict[str, Any] = {
         "system": platform.system(),
         "machine": platform.machine(),
-        "processor": _cpu_name(),
-        "cores": _cores(),
+        "processor": cpu_model(),
+        "cores": usable_cores(),
         "python": platform.python_version(),
         "mlx": mx.__version__,
         "device": str(mx.default_device()),
@@ -139,23 +140,6 @@ def machine() -> dict[str, Any]:
         except Exception:
             info["gpu"] = "unknown"
     return info
-
-
-def _cores() -> int:
-    import os
-
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 0)
-
-
-def _cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor()
 
 
 def run_bench(

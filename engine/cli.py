@@ -106,8 +106,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"lanes: {exc}", file=sys.stderr)
         return 2
     finally:
-        if "mlx.core" in sys.modules:  # MLX wants every thread that used it to drop its streams
-            sys.modules["mlx.core"].clear_streams()
+        from engine.runtime import drop_mlx_streams
+
+        drop_mlx_streams()
 
 
 def _bench(args: argparse.Namespace) -> int:

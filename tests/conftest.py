@@ -66,3 +66,9 @@ def isolated_data_dir(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pyt
     monkeypatch.setenv("LANES_CONFIG_DIR", str(d / "config"))
     monkeypatch.setenv("XDG_CONFIG_HOME", str(d / "xdg-config"))
     return d
+
+
+@pytest.fixture
+def config_dir(isolated_data_dir):  # -> Path
+    """This test's settings folder (what LANES_CONFIG_DIR points at), for tests that look inside it."""
+    return isolated_data_dir / "config"

@@ -22,15 +22,6 @@ from app.preferences import (
 from engine.store.session import ReplySettings
 
 
-@pytest.fixture(autouse=True)
-def isolated_config_dir(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A config folder this test can look inside (tests/conftest.py already keeps the user's out of reach)."""
-    d = tmp_path_factory.mktemp("lanes-config")
-    monkeypatch.setenv("LANES_CONFIG_DIR", str(d))
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(d / "xdg"))
-    return d
-
-
 def test_saved_preferences_load_back_equal(tmp_path: Path) -> None:
     model = tmp_path / "m.gguf"
     model.write_bytes(b"")
@@ -44,9 +35,9 @@ def test_saved_preferences_load_back_equal(tmp_path: Path) -> None:
     assert [p.name for p in path.parent.iterdir()] == ["preferences.json"]  # no temp file left behind
 
 
-def test_the_default_path_is_in_the_config_folder(isolated_config_dir: Path) -> None:
+def test_the_default_path_is_in_the_config_folder(config_dir: Path) -> None:
     save_preferences(Preferences(max_tokens=64))
-    assert (isolated_config_dir / "preferences.json").is_file()
+    assert (config_dir / "preferences.json").is_file()
     assert load_preferences()[0].max_tokens == 64
 
 

@@ -25,15 +25,6 @@ from app.settings_dialog import SettingsDialog
 from engine.store import paths
 
 
-@pytest.fixture(autouse=True)
-def isolated_config_dir(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """Never the user's config folder (the lead moves this into conftest)."""
-    d = tmp_path_factory.mktemp("lanes-config")
-    monkeypatch.setenv("LANES_CONFIG_DIR", str(d))
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(d / "xdg"))
-    return d
-
-
 @pytest.fixture
 def model_file(tmp_path: Path) -> Path:
     path = tmp_path / "tiny.gguf"

@@ -33,6 +33,7 @@ from typing import Any
 
 from engine.copyindex import RecallIndex
 from engine.families import DEFAULT
+from engine.runtime import cpu_model
 from engine.store.recall import recall_documents
 from engine.store.records import dumps, pack_origins, pack_tokens
 from engine.store.store import Store
@@ -276,16 +277,8 @@ def _measure(key: str, name: str, target: str, runs_ms: list[float], **detail: A
 
 def machine() -> dict[str, Any]:
     """Where the numbers came from."""
-    cpu = ""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
     return {
-        "platform": platform.platform(), "cpu_count": os.cpu_count(), "cpu_model": cpu or platform.processor(),
+        "platform": platform.platform(), "cpu_count": os.cpu_count(), "cpu_model": cpu_model(),
         "python": platform.python_version(), "sqlite": sqlite3.sqlite_version,
         "date": time.strftime("%Y-%m-%d"),
     }
