@@ -47,8 +47,8 @@ from app.compare_parts import (
 )
 from app.controller import REPAINT_MS, ChatController
 from app.rate_chart import RateChart
-from engine.compare import CompareSpec, Run, first_difference, summarise
-from engine.events import Event, Failed, Finished, Tokens
+from engine.compare import CompareSpec, Run, first_difference, rate_trajectory, summarise
+from engine.events import Event, Failed, Finished, RoundStats, Tokens
 from engine.spans import origin_spans
 from engine.store.comparisons import runs_of
 from engine.store.records import Comparison
@@ -293,6 +293,8 @@ class ComparePane(QWidget):
         elif isinstance(ev, Failed):
             live.state = f"error: {ev.message}"
             self.columns[run.side].speed.setText("error")
+        elif isinstance(ev, RoundStats) and run.side == "on":
+            live.rounds.append(ev)  # the rate chart follows the on side round by round
         else:
             return
         self._dirty.add(run.side)
@@ -306,6 +308,10 @@ class ComparePane(QWidget):
                 continue
             col.view.show_spans(live.spans)
             col.showing.setText(f"repeat {live.repeat + 1} of {repeats} · {live.state}")
+            if side == "on" and live.rounds and self.spec is not None:
+                prior = self.controller.info.copy_rate if self.controller.info is not None else 0.94
+                self.chart.set_points(rate_trajectory(self.spec.copy_history, prior, live.rounds),
+                                      f"Copy rate per round (own copy rates on, repeat {live.repeat + 1}, live)")
             if live.state == "streaming":
                 col.speed.setText(f"{live.tokens / max(time.monotonic() - live.started, 1e-3):.1f} tok/s (live)")
 

@@ -7,6 +7,7 @@ import json
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 from PySide6.QtCore import QEvent, Qt
 from PySide6.QtGui import QColor, QTextCharFormat, QTextCursor
@@ -147,6 +148,7 @@ class LiveRun:
     tokens: int = 0
     spans: Spans = field(default_factory=list)
     state: str = "streaming"
+    rounds: list[Any] = field(default_factory=list)  # RoundStats, for the "on" side's live rate chart
 
     def add(self, pieces: Spans) -> None:
         for piece, origin in pieces:

@@ -3,7 +3,7 @@ uses the real engine and model).
 
 Replies echo the last user message: ``"Echo: " + text``, one token per character (the id is the
 character's code point, so ``decode`` is exact), three tokens an event every ``delay`` seconds; the
-echoed part is marked as copied from context. A message containing ``FAIL`` fails after the first
+echoed part is marked as copied from context, and each event is followed by its round's statistics. A message containing ``FAIL`` fails after the first
 event; ``SLOW`` makes the reply 200 times longer (for tests that stop or close mid-reply).
 ``DIFFER`` with ``request.own_copy_rates`` True changes the reply's 10th character (token 9), so the
 own-copy-rates comparison sees the "on" side's tokens differ from the "off" side's.
@@ -20,7 +20,7 @@ from typing import Any
 
 from engine.engine import ModelInfo
 from engine.errors import ModelLoadError
-from engine.events import Event, Failed, Finished, ReplyStats, Request, SourceCounts, Tokens
+from engine.events import Event, Failed, Finished, ReplyStats, Request, RoundStats, SourceCounts, Tokens
 
 INFO = ModelInfo("Fake-Echo", "fake", "cpu", 4096, (), True, 0.94)
 
@@ -107,7 +107,11 @@ class FakeEngine:
                 return self._finish(h, reply[:done], origins_all[:done], "cancelled", start, history)
             time.sleep(self.delay)
             chunk = reply[done : done + 3]
-            h.events.put(Tokens(h.id, tuple(ord(c) for c in chunk), tuple(origins_all[done : done + 3]), chunk))
+            origins = tuple(origins_all[done : done + 3])
+            h.events.put(Tokens(h.id, tuple(ord(c) for c in chunk), origins, chunk))
+            copied = origins.count("context")  # a round whose copied rows all landed
+            h.events.put(RoundStats(h.id, done // 3 + 1, 1, 1 + copied, copied, copied,
+                                    "context" if copied else None, 0.0, 0.0))
             done += len(chunk)
             if "FAIL" in text:
                 h.events.put(Failed(h.id, "the fake engine was told to fail", "RuntimeError", reply[:done], history))

@@ -237,3 +237,13 @@ def test_the_pane_on_the_real_model(qtbot, loaded, tmp_path: Path) -> None:
         assert rows and all(int(v["tested"]) >= int(v["accepted"]) for v in rows.values())
     finally:
         controller.close()
+
+
+def test_the_rate_chart_follows_the_on_side_while_it_streams(qtbot, make_pane) -> None:
+    pane = make_pane(delay=0.01)
+    start(qtbot, pane, "SLOW copy", repeats=1)
+    qtbot.waitUntil(lambda: "live" in pane.chart.chart().title() and bool(pane.chart.points("context")),
+                    timeout=30000)
+    assert pane.running  # drawn before the run ended
+    pane.stop()
+    wait_saved(qtbot, pane)

@@ -97,6 +97,23 @@ def _migrate(conn: sqlite3.Connection, path: Path) -> None:
             raise
 
 
+def _use_wal(conn: sqlite3.Connection) -> None:
+    """Switch the file to WAL (it stays so). The switch needs the file to itself and SQLite reports a
+    clash at once instead of waiting, so while another connection is creating the same new file,
+    retry until it is in WAL already or the busy timeout has passed."""
+    deadline = time.monotonic() + BUSY_TIMEOUT_S
+    while True:
+        try:
+            if conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal":
+                return
+            conn.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.01)
+
+
 def open_database(path: Path) -> sqlite_utils.Database:
     """Open (creating if needed) and migrate the database at ``path``.
 
@@ -114,7 +131,7 @@ def open_database(path: Path) -> sqlite_utils.Database:
         _inspect(conn, path)
         conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
         conn.execute("PRAGMA foreign_keys = ON")
-        conn.execute("PRAGMA journal_mode = WAL")
+        _use_wal(conn)
         # WAL + NORMAL: a commit survives the process being killed (not a power cut), and costs no fsync.
         conn.execute("PRAGMA synchronous = NORMAL")
         _migrate(conn, path)
