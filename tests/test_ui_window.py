@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future
 from pathlib import Path
 
 import pytest
@@ -16,7 +17,7 @@ from app.controller import ChatController
 from app.main_window import MainWindow
 from app.preferences import Preferences
 from engine.store.store import Store
-from tests.fake_engine import FakeEngine
+from tests.fake_engine import INFO, FakeEngine
 
 
 @pytest.fixture
@@ -348,3 +349,50 @@ def test_statistics_of_any_shape_never_break_a_message() -> None:
     assert stats_text({"tokens_per_s": None, "first_token_s": "soon", "rows": [1, 2]}).startswith("– tok/s")
     assert stats_text({"rows": {"context": {"tested": "x"}}}).endswith("no copied rows")
     assert stats_text(["not", "a", "mapping"]) == ""
+
+
+def test_turning_recall_on_mid_session_feeds_the_stored_conversations(qtbot, make_window,
+                                                                      tmp_path: Path) -> None:
+    from engine.store.store import RECALL_SETTING
+
+    with Store(tmp_path / "lanes.db") as store:
+        old = store.create_conversation(title="old")
+        store.add_message(old.id, "assistant", "earlier text", tokens=[1, 2, 3], tokens_model="Fake-Echo")
+        store.set_setting(RECALL_SETTING, False)
+    w = make_window()
+    qtbot.waitUntil(lambda: w.send_button.isEnabled())
+    qtbot.wait(200)
+    assert w.controller.service.engine.recall == {}  # off at start: nothing fed
+    w.controller.set_recall_other_conversations(True)
+    qtbot.waitUntil(lambda: w.controller.service.engine.recall.get(old.key) == [1, 2, 3])
+
+
+class LateEngine(FakeEngine):
+    """A model whose load finishes only when told (to race a model switch against it)."""
+
+    def __init__(self, model: str | None = None, *args: object, **kw: object) -> None:
+        super().__init__(model)
+        self.loaded = Future()
+
+    def finish_loading(self) -> None:
+        self.loaded.set_result(INFO)
+
+
+def test_a_replaced_model_that_finishes_loading_late_is_not_shown(qtbot, tmp_path: Path) -> None:
+    engines: list[FakeEngine] = []
+
+    def factory(model: str | None) -> FakeEngine:
+        engines.append(LateEngine(model) if model == "/slow" else FakeEngine(model))
+        return engines[-1]
+
+    controller = ChatController(tmp_path / "lanes.db", "/slow", engine_factory=factory)
+    w = MainWindow(controller, Preferences(), tmp_path / "prefs.json")
+    qtbot.addWidget(w)
+    loaded: list[str] = []
+    controller.modelLoaded.connect(lambda info: loaded.append(controller.service.engine.model or "embedded"))
+    controller.switch_model(None)  # replace it while it is still loading
+    engines[0].finish_loading()  # the old one's load ends late
+    qtbot.waitUntil(lambda: len(engines) == 2 and w.send_button.isEnabled())
+    qtbot.wait(200)
+    assert loaded == ["embedded"]  # only the new model was announced
+    w.close()
