@@ -14,13 +14,13 @@ import math
 import os
 import re
 import reprlib
-import sys
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from engine.store.paths import platform_folder
 from engine.store.session import ReplySettings
 
 CONFIG_ENV_VAR = "LANES_CONFIG_DIR"
@@ -165,14 +165,7 @@ def config_dir() -> Path:
     env = os.environ.get(CONFIG_ENV_VAR, "")
     if env:
         return Path(env).expanduser()
-    home = Path.home()
-    if sys.platform == "darwin":
-        return home / "Library" / "Preferences" / "Lanes"
-    if sys.platform == "win32":
-        return Path(os.environ.get("APPDATA") or home / "AppData" / "Roaming") / "Lanes"
-    xdg = os.environ.get("XDG_CONFIG_HOME", "")
-    base = Path(xdg) if xdg and Path(xdg).is_absolute() else home / ".config"
-    return base / "lanes"
+    return platform_folder("Preferences", "XDG_CONFIG_HOME", ".config")
 
 
 def preferences_path() -> Path:

@@ -274,18 +274,17 @@ class SettingsDialog(QDialog):
             self.model_path.setText(chosen)
 
     def _browse_model_folder(self) -> None:
-        chosen = QFileDialog.getExistingDirectory(
-            self, "Choose an mlx-lm model folder", self._start_dir(self.model_path.text().strip()),
-            QFileDialog.Option.DontUseNativeDialog | QFileDialog.Option.ShowDirsOnly)
-        if chosen:
-            self.model_path.setText(chosen)
+        self._choose_folder("Choose an mlx-lm model folder", self.model_path)
 
     def _browse_data_dir(self) -> None:
+        self._choose_folder("Choose the data folder", self.data_dir)
+
+    def _choose_folder(self, title: str, field: QLineEdit) -> None:
         chosen = QFileDialog.getExistingDirectory(
-            self, "Choose the data folder", self._start_dir(self.data_dir.text().strip()),
+            self, title, self._start_dir(field.text().strip()),
             QFileDialog.Option.DontUseNativeDialog | QFileDialog.Option.ShowDirsOnly)
         if chosen:
-            self.data_dir.setText(chosen)
+            field.setText(chosen)
 
     def _show_data_dir(self) -> None:
         QDesktopServices.openUrl(self.data_folder_url())

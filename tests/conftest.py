@@ -69,6 +69,6 @@ def isolated_data_dir(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pyt
 
 
 @pytest.fixture
-def config_dir(isolated_data_dir):  # -> Path
+def settings_dir(isolated_data_dir):  # -> Path
     """This test's settings folder (what LANES_CONFIG_DIR points at), for tests that look inside it."""
     return isolated_data_dir / "config"

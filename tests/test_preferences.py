@@ -35,9 +35,9 @@ def test_saved_preferences_load_back_equal(tmp_path: Path) -> None:
     assert [p.name for p in path.parent.iterdir()] == ["preferences.json"]  # no temp file left behind
 
 
-def test_the_default_path_is_in_the_config_folder(config_dir: Path) -> None:
+def test_the_default_path_is_in_the_config_folder(settings_dir: Path) -> None:
     save_preferences(Preferences(max_tokens=64))
-    assert (config_dir / "preferences.json").is_file()
+    assert (settings_dir / "preferences.json").is_file()
     assert load_preferences()[0].max_tokens == 64
 
 

@@ -10,20 +10,22 @@ ENV_VAR = "LANES_DATA_DIR"
 DB_NAME = "lanes.db"
 
 
-def default_data_dir() -> Path:
-    """The platform's application data folder for Lanes.
-
-    macOS ``~/Library/Application Support/Lanes``; Windows ``%APPDATA%\\Lanes``; elsewhere
-    ``$XDG_DATA_HOME/lanes`` (``~/.local/share/lanes`` when unset or not absolute, as the XDG spec says).
-    """
+def platform_folder(mac: str, xdg_var: str, xdg_default: str) -> Path:
+    """Lanes' folder of one kind on this platform: macOS ``~/Library/<mac>/Lanes``; Windows
+    ``%APPDATA%\\Lanes``; elsewhere ``$<xdg_var>/lanes``, or ``~/<xdg_default>/lanes`` when the variable is
+    unset or not absolute (as the XDG spec says)."""
     home = Path.home()
     if sys.platform == "darwin":
-        return home / "Library" / "Application Support" / "Lanes"
+        return home / "Library" / mac / "Lanes"
     if sys.platform == "win32":
         return Path(os.environ.get("APPDATA") or home / "AppData" / "Roaming") / "Lanes"
-    xdg = os.environ.get("XDG_DATA_HOME", "")
-    base = Path(xdg) if xdg and Path(xdg).is_absolute() else home / ".local" / "share"
-    return base / "lanes"
+    xdg = os.environ.get(xdg_var, "")
+    return (Path(xdg) if xdg and Path(xdg).is_absolute() else home / xdg_default) / "lanes"
+
+
+def default_data_dir() -> Path:
+    """``~/Library/Application Support/Lanes``, ``%APPDATA%\\Lanes`` or ``$XDG_DATA_HOME/lanes``."""
+    return platform_folder("Application Support", "XDG_DATA_HOME", ".local/share")
 
 
 def data_dir(override: str | os.PathLike[str] | None = None) -> Path:
