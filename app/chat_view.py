@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable
 
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtGui import QGuiApplication, QKeyEvent
@@ -20,39 +19,11 @@ from PySide6.QtWidgets import (
 )
 
 from app.message_view import MessageView
-from engine.store.records import Message
+from engine.store.records import Message, pack_origins
+from engine.store.render import stats_line
 
 ROLE_NAMES = {"user": "You", "assistant": "Lanes", "system": "System"}
 STATUS_NOTES = {"partial": "stopped early", "cancelled": "stopped", "error": "error"}
-
-
-def _number(value: Any) -> float | None:
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
-
-
-def stats_text(stats: Any) -> str:
-    """tok/s, time to first token, tokens, stop reason, rows tested/accepted by source.
-
-    Imported transcripts may carry anything here: what is not the expected shape shows as "–"."""
-    if not isinstance(stats, Mapping) or not stats:
-        return ""
-    tok_s, ttft, generated = (_number(stats.get(k)) for k in ("tokens_per_s", "first_token_s", "generated"))
-    parts = [f"{tok_s:.1f} tok/s" if tok_s is not None else "– tok/s",
-             f"first token {ttft:.2f} s" if ttft is not None else "first token –",
-             f"{int(generated)} tokens" if generated is not None else "– tokens", str(stats.get("reason", ""))]
-    rows = stats.get("rows")
-    rows = rows if isinstance(rows, Mapping) else {}
-    copied = False
-    for source in ("context", "recall"):
-        c = rows.get(source)
-        c = c if isinstance(c, Mapping) else {}
-        tested, accepted = _number(c.get("tested")), _number(c.get("accepted"))
-        if tested:
-            copied = True
-            parts.append(f"{source} rows {int(accepted or 0)}/{int(tested)} accepted")
-    if not copied:
-        parts.append("no copied rows")
-    return " · ".join(p for p in parts if p)
 
 
 class MessageWidget(QFrame):
@@ -101,7 +72,7 @@ class MessageWidget(QFrame):
         self.message = message
         self._render(message.content)
         note = STATUS_NOTES.get(message.status)
-        text = stats_text(message.stats) if message.role == "assistant" else ""
+        text = stats_line(message.stats, pack_origins(message.origins)) if message.role == "assistant" else ""
         if message.error:
             text = f"Error: {message.error}" + (f"\n{text}" if text else "")
         elif note and message.status != "partial":

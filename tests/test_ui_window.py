@@ -13,9 +13,11 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QKeySequence
 from PySide6.QtWidgets import QAbstractButton, QLineEdit, QListView, QMessageBox, QPlainTextEdit
 
+from app.chat_view import MessageWidget
 from app.controller import ChatController
 from app.main_window import MainWindow
 from app.preferences import Preferences
+from engine.store.records import Message
 from engine.store.store import Store
 from tests.fake_engine import INFO, FakeEngine
 
@@ -66,7 +68,8 @@ def test_enter_sends_shift_enter_adds_a_line_and_the_reply_streams_into_the_stor
     wait_reply_saved(qtbot, w)
     reply = last_reply(w)
     assert reply.content == "Echo: first line\nsecond line"
-    assert "tok/s" in w.chat.widgets[-1].stats.text() and "context rows" in w.chat.widgets[-1].stats.text()
+    assert "tok/s" in w.chat.widgets[-1].stats.text()
+    assert "rows accepted/tested: context" in w.chat.widgets[-1].stats.text()
     saved = messages(tmp_path, w.current)
     assert [(m.role, m.status) for m in saved] == [("user", "complete"), ("assistant", "complete")]
     assert w.sidebar.model.rows[0].title == "first line"
@@ -343,12 +346,14 @@ def test_deleting_a_conversation_while_it_replies_stops_it_first(qtbot, make_win
         assert store.count_conversations() == 0
 
 
-def test_statistics_of_any_shape_never_break_a_message() -> None:
-    from app.chat_view import stats_text
+def test_statistics_of_any_shape_never_break_a_message(qtbot) -> None:
+    from engine.store.render import stats_line
 
-    assert stats_text({"tokens_per_s": None, "first_token_s": "soon", "rows": [1, 2]}).startswith("– tok/s")
-    assert stats_text({"rows": {"context": {"tested": "x"}}}).endswith("no copied rows")
-    assert stats_text(["not", "a", "mapping"]) == ""
+    assert stats_line({"tokens_per_s": None, "first_token_s": "soon", "rows": [1, 2]}, None) == ""
+    assert stats_line({"rows": {"context": {"tested": "x"}}}, None) == "no copied rows"
+    assert stats_line(["not", "a", "mapping"], None) == ""  # type: ignore[arg-type]
+    w = MessageWidget(Message(1, 1, "assistant", "hi", stats={"generated": "lots", "rows": 3}), lambda m: [], False)
+    assert "Error" not in w.stats.text()
 
 
 def test_turning_recall_on_mid_session_feeds_the_stored_conversations(qtbot, make_window,

@@ -37,8 +37,10 @@ def _count(v: float) -> str:
 
 
 def stats_line(stats: Mapping[str, Any] | None, origins: str | None) -> str:
-    """A reply's statistics in one line ("120 tokens · 41.2 tok/s · copied 35% · rows accepted/tested:
-    context 30/40"); tolerant of missing keys, as stats come from any version."""
+    """A reply's statistics in one line, the same in transcripts, the terminal and the window
+    ("120 tokens · 41.2 tok/s · first token 0.21 s · eos · copied 35% (context 35%) · rows
+    accepted/tested: context 30/40"); tolerant of missing keys and odd values, as stats come from any
+    version or an imported file."""
     stats = stats if isinstance(stats, Mapping) else {}
     parts = []
     generated, seconds = _num(stats.get("generated")), _num(stats.get("seconds"))
@@ -52,6 +54,8 @@ def stats_line(stats: Mapping[str, Any] | None, origins: str | None) -> str:
     first = _num(stats.get("first_token_s"))
     if first is not None:
         parts.append(f"first token {first:.2f} s")
+    if isinstance(stats.get("reason"), str):
+        parts.append(stats["reason"])
     if origins:
         shares = [f"{name} {origins.count(c) / len(origins):.0%}" for c, name in _ORIGIN_NAMES.items()
                   if c in origins]
@@ -63,10 +67,9 @@ def stats_line(stats: Mapping[str, Any] | None, origins: str | None) -> str:
         for source, c in sorted(rows.items()):
             c = c if isinstance(c, Mapping) else {}
             acc, tested = _num(c.get("accepted")), _num(c.get("tested"))
-            if acc is not None and tested is not None:
+            if acc is not None and tested:
                 counts.append(f"{source} {_count(acc)}/{_count(tested)}")
-        if counts:
-            parts.append("rows accepted/tested: " + ", ".join(counts))
+        parts.append("rows accepted/tested: " + ", ".join(counts) if counts else "no copied rows")
     return " · ".join(parts)
 
 

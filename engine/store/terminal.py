@@ -13,9 +13,9 @@ from types import FrameType
 
 from engine.errors import LanesError, StoreError
 from engine.events import Event, Tokens
-from engine.store import paths
+from engine.store import paths, render
 from engine.store.db import move_aside
-from engine.store.records import ConversationSummary, Message
+from engine.store.records import ConversationSummary, Message, pack_origins
 from engine.store.session import ChatSession, ReplySettings
 from engine.store.store import RECALL_SETTING, Store
 
@@ -48,15 +48,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def stats_line(message: Message) -> str:
-    """One line of a saved reply's statistics: tokens, speed, copied rows accepted/tested by source."""
-    st = message.stats or {}
-    rows = ", ".join(f"{src} {c['accepted']}/{c['tested']}" for src, c in st.get("rows", {}).items() if c["tested"])
-    ttft = st.get("first_token_s")
-    return (
-        f"[{st.get('generated', 0)} tokens, {st.get('tokens_per_s', 0.0):.1f} tok/s, "
-        f"first token {f'{ttft:.2f}s' if ttft is not None else '-'}, {st.get('reason', message.status)}; "
-        f"copied rows accepted/tested: {rows or 'none'}]"
-    )
+    """A saved reply's statistics, bracketed (engine/store/render.py words them for every front end)."""
+    return f"[{render.stats_line(message.stats, pack_origins(message.origins))}]"
 
 
 def _settings(args: argparse.Namespace) -> ReplySettings:
