@@ -63,6 +63,7 @@ class ComparePane(QWidget):
         self.controller = controller
         self.conversation_id: int | None = None
         self.running = False
+        self._chart_dirty = False
         self.spec: CompareSpec | None = None
         self.runs: list[Run] = []
         self.shown: Comparison | None = None
@@ -295,6 +296,7 @@ class ComparePane(QWidget):
             self.columns[run.side].speed.setText("error")
         elif isinstance(ev, RoundStats) and run.side == "on":
             live.rounds.append(ev)  # the rate chart follows the on side round by round
+            self._chart_dirty = True
         else:
             return
         self._dirty.add(run.side)
@@ -308,7 +310,8 @@ class ComparePane(QWidget):
                 continue
             col.view.show_spans(live.spans)
             col.showing.setText(f"repeat {live.repeat + 1} of {repeats} · {live.state}")
-            if side == "on" and live.rounds and self.spec is not None:
+            if side == "on" and self._chart_dirty and self.spec is not None:
+                self._chart_dirty = False  # redrawn when a round came in, not at every repaint
                 prior = self.controller.info.copy_rate if self.controller.info is not None else 0.94
                 self.chart.set_points(rate_trajectory(self.spec.copy_history, prior, live.rounds),
                                       f"Copy rate per round (own copy rates on, repeat {live.repeat + 1}, live)")

@@ -18,7 +18,7 @@ from typing import Any
 from PySide6.QtCore import QObject, QTimer, Signal, Slot
 
 from engine.engine import Engine, ModelInfo
-from engine.events import Failed, Finished, Tokens
+from engine.events import Tokens
 from engine.spans import origin_spans
 from engine.store.records import Conversation, ConversationSummary, Message
 from engine.store.service import ChatService, ReplyBegun, ReplySaved, ServiceEvent
@@ -38,7 +38,6 @@ class LiveReply:
     text: str = ""
     spans: list[tuple[str, str]] = field(default_factory=list)
     user_message: Message | None = None
-    error: str | None = None
 
 
 class ChatController(QObject):
@@ -75,13 +74,11 @@ class ChatController(QObject):
         self._compareEvent.connect(self._on_compare_event)
         self.comparison_task: Any = None
         self._model_generation = 0  # answers about a model replaced since are dropped
-        self._recall_loaded = False
         self._serviceEvent.connect(self._on_service_event)
         self._futureDone.connect(self._on_future_done)
         self._timer = QTimer(self)
         self._timer.setInterval(REPAINT_MS)
-        self._timer.timeout.connect(self._flush)
-        self._timer.start()
+        self._timer.timeout.connect(self._flush)  # runs only while a reply streams
         self.service = ChatService(data_path, model, engine_factory)
         self._watch_model()
 
@@ -95,12 +92,16 @@ class ChatController(QObject):
     def _on_future_done(self, fut: Future[Any], callbacks: tuple[Callable[..., None], Any]) -> None:
         on_result, on_error = callbacks
         exc = fut.exception()
-        if exc is None:
-            on_result(fut.result())
-        elif on_error is not None:
-            on_error(exc)
-        else:
-            self.storeError.emit(str(exc))
+        try:
+            if exc is None:
+                on_result(fut.result())
+            elif on_error is not None:
+                on_error(exc)
+            else:
+                self.storeError.emit(str(exc))
+        except Exception as err:  # a slot must not raise into Qt: report it where people look
+            log.exception("handling a finished store call failed")
+            self.storeError.emit(f"{type(err).__name__}: {err}")
 
     def store_call(self, fn: Callable[[Store], Any], on_result: Callable[[Any], None] = lambda _r: None,
                    on_error: Callable[[BaseException], None] | None = None) -> None:
@@ -129,18 +130,13 @@ class ChatController(QObject):
 
         # Asked for on the store thread: the engine thread may be mid-round, and the GUI never waits.
         self.store_call(lambda _s: engine.run_sync(lambda sched: sched.tokenizer, timeout=60), tokenizer_ready)
-        self._recall_loaded = False
         self._load_recall()
 
     def _load_recall(self) -> None:
-        """Feed the engine's Recall from the store, once per model (the setting may turn it on later)."""
-        if self.info is None or self._recall_loaded:
-            return
-
-        def loaded(tokens: int) -> None:
-            self._recall_loaded = tokens > 0 or self._recall_loaded
-
-        self.when_done(self.service.load_recall(), loaded)
+        """(Re)load the engine's Recall from the store: at load, and each time the setting turns on
+        (what was said while it was off was not fed). Documents replace, never double."""
+        if self.info is not None:
+            self.when_done(self.service.load_recall(), lambda _tokens: None)
 
     def switch_model(self, model: str | None) -> None:
         """Load another model; replies running now are stopped and saved first. The old engine is
@@ -259,19 +255,15 @@ class ChatController(QObject):
                     else:
                         live.spans.append((piece, origin))
                 self._dirty.add(live.conversation_id)
-        elif isinstance(ev, Failed):
-            live = self._live_for(ev.request_id)
-            if live is not None:
-                live.error = ev.message
-        elif isinstance(ev, ReplySaved):
+                if not self._timer.isActive():
+                    self._timer.start()
+        elif isinstance(ev, ReplySaved):  # a failure, too, ends in ReplySaved (status "error")
             self._tasks.pop(ev.conversation_id, None)
             self.live.pop(ev.conversation_id, None)
             self._dirty.discard(ev.conversation_id)
             self.generatingChanged.emit(self.generating())
             self.replyFinished.emit(ev.conversation_id, ev.message)
             self.conversationsChanged.emit()
-        elif isinstance(ev, Finished):
-            pass  # ReplySaved follows with the saved message
 
     def _live_for(self, request_id: str) -> LiveReply | None:
         for cid, task in self._tasks.items():
@@ -295,6 +287,8 @@ class ChatController(QObject):
         if self._dirty:
             dirty, self._dirty = self._dirty, set()
             self.liveUpdated.emit(dirty)
+        else:
+            self._timer.stop()  # nothing new for a tick: sleep until the next token
 
     # -- comparisons ------------------------------------------------------------------------------
     def start_comparison(self, *, prompt: str | None = None, conversation_id: int | None = None,

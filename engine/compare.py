@@ -16,6 +16,7 @@ Worked example of the table (``ab_table``), tok/s by repeat::
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -81,7 +82,13 @@ class Run:
 
     @property
     def tok_s(self) -> float:
-        return float((self.stats or {}).get("tokens_per_s", 0.0))
+        """Its speed; 0 where the statistics lack one (an imported comparison may hold anything)."""
+        return _number((self.stats or {}).get("tokens_per_s"))
+
+
+def _number(value: Any) -> float:
+    ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    return float(value) if ok else 0.0
 
 
 def rate_trajectory(start: Mapping[str, Mapping[str, float]] | None, prior: float,
@@ -185,7 +192,8 @@ def first_difference(runs: Sequence[Run]) -> Difference | None:
 @dataclass(frozen=True)
 class SideSummary:
     side: str
-    tok_s: tuple[float, ...]  # by repeat
+    tok_s: tuple[float, ...]  # of its complete runs, in repeat order
+    by_repeat: Mapping[int, float]  # the same, keyed by repeat (a failed repeat has none)
     median: float
     spread: float  # (max - min) / median
     rows: Mapping[str, Mapping[str, int]]  # by source: tested, accepted, wasted (tested - accepted), granted
@@ -196,17 +204,19 @@ def summarise(runs: Sequence[Run], sides: Sequence[str]) -> list[SideSummary]:
     for side in sides:
         done = sorted((r for r in runs if r.side == side and r.status == "complete"), key=lambda r: r.repeat)
         speeds = tuple(r.tok_s for r in done)
+        by_repeat = {r.repeat: r.tok_s for r in done}
         med = statistics.median(speeds) if speeds else 0.0
         spread = (max(speeds) - min(speeds)) / med if speeds and med > 0 else 0.0
         rows: dict[str, dict[str, int]] = {}
         for r in done:
-            for source, c in ((r.stats or {}).get("rows") or {}).items():
-                acc = rows.setdefault(source, {"tested": 0, "accepted": 0, "wasted": 0, "granted": 0})
-                acc["tested"] += c["tested"]
-                acc["accepted"] += c["accepted"]
-                acc["granted"] += c.get("granted", 0)
+            by_source = (r.stats or {}).get("rows")
+            for source, c in (by_source.items() if isinstance(by_source, Mapping) else ()):
+                c = c if isinstance(c, Mapping) else {}
+                acc = rows.setdefault(str(source), {"tested": 0, "accepted": 0, "wasted": 0, "granted": 0})
+                for key in ("tested", "accepted", "granted"):
+                    acc[key] += int(_number(c.get(key)))
                 acc["wasted"] = acc["tested"] - acc["accepted"]
-        out.append(SideSummary(side, speeds, med, spread, rows))
+        out.append(SideSummary(side, speeds, by_repeat, med, spread, rows))
     return out
 
 
@@ -216,7 +226,7 @@ def ab_table(runs: Sequence[Run], sides: Sequence[str], repeats: int) -> str:
     head = "| side | " + " | ".join(f"round {i + 1}" for i in range(repeats)) + " | median | spread |"
     lines = [head, "|---" * (repeats + 3) + "|"]
     for s in summaries:
-        cells = [f"{v:.1f}" for v in s.tok_s] + ["–"] * (repeats - len(s.tok_s))
+        cells = [f"{s.by_repeat[i]:.1f}" if i in s.by_repeat else "–" for i in range(repeats)]
         lines.append(f"| {s.side} | " + " | ".join(cells) + f" | {s.median:.1f} | {s.spread:.1%} |")
     by = {s.side: s for s in summaries}
     notes = []

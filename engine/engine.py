@@ -134,12 +134,14 @@ class Engine:
         self._call(lambda: self._sched().recall.add(doc_id, toks))
 
     def add_recall_many(self, docs: Mapping[str, Sequence[int]]) -> None:
-        """Feed many documents in one engine command (the store's Recall load at start)."""
+        """Load many documents in one engine command (the store's Recall load): each replaces what
+        Recall held under its id, so loading again never doubles a conversation."""
         items = [(d, list(t)) for d, t in docs.items()]
 
         def add_all() -> None:
             recall = self._sched().recall
             for doc_id, tokens in items:
+                recall.remove(doc_id)
                 recall.add(doc_id, tokens)
 
         self._call(add_all)

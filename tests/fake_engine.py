@@ -74,7 +74,7 @@ class FakeEngine:
 
     def add_recall_many(self, docs: Mapping[str, Sequence[int]]) -> None:
         for d, t in docs.items():
-            self.add_recall(d, t)
+            self.recall[d] = list(t)
 
     def remove_recall(self, doc_id: str) -> None:
         self.recall.pop(doc_id, None)

@@ -112,3 +112,12 @@ def test_lanes_compare_prints_the_table_and_saves_the_runs(tmp_path: Path) -> No
         saved = store.comparison(doc["comparison"])
     assert sorted(r.side for r in saved.runs) == ["off", "on", "plain"]
     assert saved.settings["repeats"] == 1 and saved.messages[0]["content"] == COPY
+
+
+def test_a_failed_repeat_leaves_its_cell_empty_and_odd_stats_read_as_nothing() -> None:
+    runs = [run("off", 0, 40.0), run("on", 0, 46.0),
+            Run("off", 1, 1, "error", error="boom"), run("on", 1, 45.0),
+            Run("off", 2, 0, "complete", "x", (1, 2, 3), (), {"tokens_per_s": None, "rows": {"context": None}})]
+    table = ab_table(runs, ("off", "on"), 3)
+    assert "| off | 40.0 | – | 0.0 |" in table  # repeat 2 failed: its speed is not shifted into its place
+    assert "| on | 46.0 | 45.0 | – |" in table

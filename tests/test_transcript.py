@@ -37,7 +37,7 @@ def build(store: Store) -> int:
     cid = conv.id
     store.add_message(cid, "user", "Fix: teh cat <script>alert(1)</script>", created_at=1_700_000_001.5)
     store.add_message(cid, "assistant", "The cat.", stats=STATS, origins=["model", "context", "context", "recall"],
-                      tokens=[504, 2368, 30, -7], tokens_model="SmolLM2", created_at=1_700_000_002.0,
+                      tokens=[504, 2368, 30, 7], tokens_model="SmolLM2", created_at=1_700_000_002.0,
                       updated_at=1_700_000_003.0)
     store.add_message(cid, "user", "Again, ünïcödé & more", created_at=1_700_000_010.0)
     store.add_message(cid, "assistant", "The c", status="partial", origins=["model"], tokens=[1],
@@ -68,7 +68,7 @@ def test_json_round_trip_is_lossless(store: Store, tmp_path: Path) -> None:
     cid = build(store)
     first = conversation_to_json(store, cid)
     assert first["conversation"]["recallable"] is False
-    assert first["messages"][1]["origins"] == "mccr" and first["messages"][1]["tokens"] == [504, 2368, 30, -7]
+    assert first["messages"][1]["origins"] == "mccr" and first["messages"][1]["tokens"] == [504, 2368, 30, 7]
     assert first["copy_history"]["recall"] == {"accepted": 1.0, "tested": 2.0}
     comparison = first["comparisons"][0]
     assert (comparison["status"], comparison["copy_history"]) == ("cancelled", {"context": {"accepted": 3.0,

@@ -3,7 +3,6 @@ colours in fenced code, origin tints on plain text, and a height that follows th
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -211,7 +210,8 @@ def test_height_follows_the_text(view: MessageView, qtbot) -> None:
     qtbot.waitUntil(lambda: view.height() > tall)
 
 
-def test_streaming_is_cheap_and_keeps_the_highlighter_and_selection(view: MessageView) -> None:
+def test_streaming_keeps_the_highlighter_and_selection(view: MessageView) -> None:
+    # How fast it renders is measured by `make bench-ui`, not asserted here.
     text = (CODE + "\n- a list item with `inline code`\n\n") * 8
     view.set_markdown(text[:40])
     cursor = view.textCursor()
@@ -219,12 +219,8 @@ def test_streaming_is_cheap_and_keeps_the_highlighter_and_selection(view: Messag
     cursor.setPosition(5, QTextCursor.MoveMode.KeepAnchor)
     view.setTextCursor(cursor)
     highlighters = view.document().findChildren(QSyntaxHighlighter)
-    steps = range(40, len(text) + 1, 12)
-    start = time.perf_counter()
-    for end in steps:
+    for end in range(40, len(text) + 1, 12):
         view.set_markdown(text[:end])
-    per_update = (time.perf_counter() - start) / len(steps)
-    assert per_update < 1 / 30, f"{per_update * 1000:.1f} ms per streamed update"
     assert view.document().findChildren(QSyntaxHighlighter) == highlighters and len(highlighters) == 1
     assert view.textCursor().selectedText() == "Intro"
     assert view.verticalScrollBar().value() == 0

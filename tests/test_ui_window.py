@@ -3,7 +3,6 @@ real store; tests/test_ui_e2e.py drives it on the real model."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from pathlib import Path
@@ -223,16 +222,15 @@ def test_closing_mid_reply_saves_it_partial(qtbot, make_window, tmp_path: Path) 
     assert not w.controller.service.tasks
 
 
-def test_streamed_text_repaints_at_most_about_30_times_a_second(qtbot, make_window) -> None:
+def test_streamed_text_is_coalesced_not_repainted_per_event(qtbot, make_window) -> None:
     w = make_window(delay=0.0005)  # a token event every half millisecond
     qtbot.waitUntil(lambda: w.send_button.isEnabled())
-    updates: list[float] = []
-    w.controller.liveUpdated.connect(lambda _ids: updates.append(time.monotonic()))
+    updates: list[object] = []
+    w.controller.liveUpdated.connect(updates.append)
     w.send("SLOW " * 5)
     qtbot.waitUntil(lambda: not w.controller.generating() and bool(updates), timeout=30000)
-    duration = updates[-1] - updates[0]
-    assert duration > 0.5
-    assert len(updates) / duration < 40  # coalesced: 33 ms ticks, not one repaint per event
+    events = len("Echo: " + "SLOW " * 5 * 200) // 3
+    assert len(updates) < events / 5  # one update per 33 ms tick gathers many events
 
 
 def test_colouring_by_origin_shows_a_legend_and_tints_copied_text(qtbot, make_window) -> None:

@@ -41,7 +41,6 @@ class StoreWorker:
     def __init__(self, path: Path) -> None:
         self.path = path
         self._jobs: queue.Queue[tuple[Callable[[Store], Any], Future[Any]] | None] = queue.Queue()
-        self.opened: Future[None] = Future()
         self._thread = threading.Thread(target=self._run, name="lanes-store", daemon=True)
         self._thread.start()
 
@@ -61,11 +60,9 @@ class StoreWorker:
     def _run(self) -> None:
         try:
             store = Store(self.path)
-        except BaseException as exc:
-            self.opened.set_exception(exc)
+        except BaseException:
+            log.exception("could not open the store at %s", self.path)
             store = None
-        else:
-            self.opened.set_result(None)
         try:
             while (job := self._jobs.get()) is not None:
                 fn, fut = job
@@ -89,7 +86,6 @@ class ReplyTask:
     conversation_id: int
     thread: threading.Thread | None = None
     done: Future[Message] = field(default_factory=Future)
-    message_id: int | None = None  # the assistant message, once saved
     _reply: Reply | None = None
     _cancel: threading.Event = field(default_factory=threading.Event)
     _partial: bool = False
@@ -174,9 +170,6 @@ class ChatService:
         self._lock = threading.Lock()
         self._closed = False
 
-    def loaded(self) -> Future[ModelInfo]:
-        return self.engine.loaded
-
     def switch_model(self, model: str | None) -> None:
         """Stop every reply, then load another model (its result arrives on ``loaded()``).
 
@@ -228,7 +221,7 @@ class ChatService:
                 else:
                     assert text is not None
                     reply = session.begin(task.conversation_id, text, settings)
-                task._reply, task.message_id = reply, reply.message_id
+                task._reply = reply
                 if task._cancel.is_set():
                     reply.cancel(task._partial)
                 on_event(ReplyBegun(task.conversation_id, reply.user_message, reply.message_id))
@@ -249,9 +242,10 @@ class ChatService:
         """A reply that broke outside the engine (the store, a callback): stop its stream and keep
         what it had, marked as an error, rather than a silent partial row."""
         reply = task._reply
-        if reply is None or reply.done is not None:
+        if reply is None or reply.saved:
             return
-        reply.handle.cancel()
+        if reply.done is None:
+            reply.handle.cancel()
         try:
             with Store(self.path) as store:
                 store.update_message(reply.message_id, content=reply.text, status="error", error=str(exc))

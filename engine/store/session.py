@@ -15,11 +15,11 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from engine.errors import LanesError, NotFoundError
+from engine.errors import LanesError
 from engine.events import Event, Failed, Finished, ReplyStats, Request, Tokens
 from engine.store.recall import recall_documents
 from engine.store.records import Conversation, Message
-from engine.store.store import RECALL_SETTING, Store
+from engine.store.store import Store
 
 SAVE_EVERY_S = 0.5  # a growing reply is saved at least this often while tokens arrive
 TITLE_CHARS = 60
@@ -99,6 +99,7 @@ class Reply:
     _saved_at: float = field(default=0.0)
     _dirty: bool = False
     interrupted: bool = False
+    saved: bool = False  # its end (text, status, statistics, copy history) is in the store
 
     def __post_init__(self) -> None:
         self._saved_at = self.clock()
@@ -116,7 +117,7 @@ class Reply:
 
     def save_progress(self) -> None:
         if self._dirty:
-            self.session.store.update_message(self.message_id, content=self.text)
+            self.session.store.save_progress(self.message_id, self.text)
             self._dirty = False
         self._saved_at = self.clock()
 
@@ -167,10 +168,6 @@ class ChatSession:
         conv = self.store.conversation(conversation_id)
         self.store.delete_conversation(conversation_id)
         self.engine.remove_recall(conv.key)
-
-    def set_recall_other_conversations(self, on: bool) -> None:
-        """The app-wide setting: later replies copy from other conversations only when on."""
-        self.store.set_setting(RECALL_SETTING, on)
 
     def begin(self, conversation_id: int, text: str, settings: ReplySettings | None = None) -> Reply:
         """Save the user's message and a partial reply, and submit the request."""
@@ -246,26 +243,22 @@ class ChatSession:
         status = "complete"
         if done.reason == "cancelled":
             status = "partial" if reply.interrupted else "cancelled"
-        self.store.update_message(
-            reply.message_id, content=done.text, status=status,
-            tokens=done.tokens, origins=done.origins, tokens_model=self.model,
-            stats=stats_dict(done.stats, done.reason, reply.settings, reply.copy_history_before),
-        )
-        self.store.save_copy_history(reply.conversation.id, done.copy_history)
+        with self.store.write():  # the reply and its copy history, together
+            self.store.update_message(
+                reply.message_id, content=done.text, status=status,
+                tokens=done.tokens, origins=done.origins, tokens_model=self.model,
+                stats=stats_dict(done.stats, done.reason, reply.settings, reply.copy_history_before),
+            )
+            self.store.save_copy_history(reply.conversation.id, done.copy_history)
+        reply.saved = True
         conv = reply.conversation
-        if done.tokens and conv.recallable and self.store.recall_other_conversations and self._exists(conv.id):
+        if done.tokens and conv.recallable and self.store.recall_other_conversations:
             self.engine.add_recall(conv.key, list(done.tokens))
-
-    def _exists(self, conversation_id: int) -> bool:
-        """False when the conversation was deleted while its reply ran (nothing of it may go to Recall)."""
-        try:
-            self.store.conversation(conversation_id)
-        except NotFoundError:
-            return False
-        return True
 
     def _fail(self, reply: Reply, failed: Failed) -> None:
         reply.done = failed
-        self.store.update_message(reply.message_id, content=failed.text, status="error", error=failed.message)
-        if failed.copy_history is not None:
-            self.store.save_copy_history(reply.conversation.id, failed.copy_history)
+        with self.store.write():
+            self.store.update_message(reply.message_id, content=failed.text, status="error", error=failed.message)
+            if failed.copy_history is not None:
+                self.store.save_copy_history(reply.conversation.id, failed.copy_history)
+        reply.saved = True

@@ -264,6 +264,13 @@ class Store:
             self._touch(msg.conversation_id, time.time())
         return cur.rowcount
 
+    def save_progress(self, message_id: int, content: str) -> None:
+        """A growing reply's text (every half second while it streams): one UPDATE, nothing else."""
+        cur = self.db.execute("UPDATE messages SET content = ?, updated_at = ? WHERE id = ?",
+                              (content, time.time(), message_id))
+        if cur.rowcount == 0:
+            raise NotFoundError(f"no message {message_id} in {self.path}")
+
     def message(self, message_id: int) -> Message:
         rows = list(self.db.query("SELECT * FROM messages WHERE id = ?", (message_id,)))
         if not rows:

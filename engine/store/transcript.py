@@ -150,8 +150,8 @@ def _choice(options: tuple[str, ...]) -> Check:
 
 def _tokens(v: Any, f: str) -> tuple[int, ...]:
     for i, t in enumerate(_array(v, f)):
-        if isinstance(t, bool) or not isinstance(t, int) or not _INT32[0] <= t <= _INT32[1]:
-            raise _Invalid(f"{f}[{i}]", f"must be a 32-bit whole number (a token id), not {json.dumps(t)}")
+        if isinstance(t, bool) or not isinstance(t, int) or not 0 <= t <= _INT32[1]:
+            raise _Invalid(f"{f}[{i}]", f"must be a token id (a whole number 0 to 2^31-1), not {json.dumps(t)}")
     return tuple(v)
 
 
