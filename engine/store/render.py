@@ -60,7 +60,8 @@ def stats_line(stats: Mapping[str, Any] | None, origins: str | None) -> str:
         shares = [f"{name} {origins.count(c) / len(origins):.0%}" for c, name in _ORIGIN_NAMES.items()
                   if c in origins]
         copied = sum(origins.count(c) for c in _ORIGIN_NAMES) / len(origins)
-        parts.append(f"copied {copied:.0%}" + (f" ({', '.join(shares)})" if shares else ""))
+        if copied:
+            parts.append(f"copied {copied:.0%} ({', '.join(shares)})")
     rows = stats.get("rows")
     if isinstance(rows, Mapping) and rows:
         counts = []
