@@ -163,6 +163,9 @@ def test_recall_documents_use_stored_ids_and_respect_opt_outs(store: Store) -> N
     encoded.clear()
     assert recall_documents(store, "m", encode) == docs and encoded == []  # saved back: no work next time
     assert recall_documents(store, "m") == docs
+    other = store.create_conversation()
+    store.add_message(other.id, "user", "x", tokens=[8], tokens_model="m")
+    assert recall_documents(store, "m", conversation_id=other.id) == {f"c{other.id}": [8]}  # one, not all
     store.set_setting(RECALL_SETTING, False)
     assert recall_documents(store, "m", encode) == {}
 

@@ -11,7 +11,8 @@ from engine.store.store import Store
 Encode = Callable[[str], list[int]]
 
 
-def recall_documents(store: Store, model: str, encode: Encode | None = None) -> dict[str, list[int]]:
+def recall_documents(store: Store, model: str, encode: Encode | None = None,
+                     conversation_id: int | None = None) -> dict[str, list[int]]:
     """Token ids of every message Recall may copy from, joined per conversation (its engine key).
 
     Messages whose ids belong to another model's tokenizer are re-encoded with ``encode`` and saved
@@ -22,7 +23,7 @@ def recall_documents(store: Store, model: str, encode: Encode | None = None) -> 
         return {}
     docs: dict[str, list[int]] = {}
     backfill: list[tuple[int, list[int], str]] = []
-    for conversation_id, message_id, content, blob, tokens_model in store.recall_rows():
+    for conv_id, message_id, content, blob, tokens_model in store.recall_rows(conversation_id):
         if blob is not None and tokens_model == model:
             tokens = list(unpack_tokens(blob) or ())
         elif encode is not None:
@@ -30,7 +31,7 @@ def recall_documents(store: Store, model: str, encode: Encode | None = None) -> 
             backfill.append((message_id, tokens, model))
         else:
             continue
-        docs.setdefault(f"c{conversation_id}", []).extend(tokens)
+        docs.setdefault(f"c{conv_id}", []).extend(tokens)
     if backfill:
         store.set_tokens(backfill)
     return docs

@@ -213,7 +213,7 @@ class ChatService:
     def _run_reply(self, task: ReplyTask, text: str | None, settings: ReplySettings,
                    on_event: Callable[[ServiceEvent], None], resend: bool) -> None:
         try:
-            info = self._wait_for_model(task)
+            info = self._wait_for_model(task._cancel)
             with Store(self.path) as store:
                 session = ChatSession(store, self.engine, info.name)
                 if resend:
@@ -272,13 +272,7 @@ class ChatService:
                 spec = comparisons.build_spec(store, prompt=prompt, conversation_id=conversation_id,
                                               max_tokens=max_tokens, repeats=repeats, plain=plain)
                 on_event(ComparisonBegun(spec))
-                while True:
-                    try:
-                        info = self.engine.info(timeout=0.1)
-                        break
-                    except TimeoutError:
-                        if task._cancel.is_set():
-                            raise LanesError("cancelled before the model loaded") from None
+                info = self._wait_for_model(task._cancel)
                 runs = run_comparison(self.engine.submit, spec, info.copy_rate,
                                       on_event=lambda run, ev: on_event(RunEvent(run, ev)),
                                       on_run=lambda run: on_event(RunDone(run)), cancelled=task._cancel.is_set)
@@ -298,13 +292,13 @@ class ChatService:
             with self._lock:
                 self.comparisons.discard(task)
 
-    def _wait_for_model(self, task: ReplyTask) -> ModelInfo:
-        """The loaded model's info; gives up when the reply is cancelled first (closing mid-load)."""
+    def _wait_for_model(self, cancelled: threading.Event) -> ModelInfo:
+        """The loaded model's info; gives up when the reply or comparison is cancelled first."""
         while True:
             try:
                 return self.engine.info(timeout=0.1)
             except TimeoutError:
-                if task._cancel.is_set():
+                if cancelled.is_set():
                     raise LanesError("cancelled before the model loaded") from None
 
     def generating(self) -> set[int]:

@@ -159,7 +159,7 @@ class ChatSession:
         conv = self.store.update_conversation(conversation_id, recallable=recallable)
         self.engine.remove_recall(conv.key)
         if recallable and self.store.recall_other_conversations:
-            docs = recall_documents(self.store, self.model, self.engine.encode)
+            docs = recall_documents(self.store, self.model, self.engine.encode, conversation_id)
             if conv.key in docs:
                 self.engine.add_recall(conv.key, docs[conv.key])
 

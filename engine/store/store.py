@@ -371,13 +371,15 @@ class Store:
             if cid in convs
         ]
 
-    def recall_rows(self) -> Iterator[tuple[int, int, str, bytes | None, str | None]]:
+    def recall_rows(self, conversation_id: int | None = None) -> Iterator[tuple[int, int, str, bytes | None, str | None]]:
         """(conversation id, message id, content, token blob, tokens' model) of every message Recall may
-        copy from: recallable conversations, non-empty, not failed; oldest first."""
+        copy from: recallable conversations (or just ``conversation_id``), non-empty, not failed; oldest first."""
+        only = "" if conversation_id is None else " AND c.id = ?"
         yield from self.db.execute(
             "SELECT m.conversation_id, m.id, m.content, m.tokens, m.tokens_model FROM messages m"
             " JOIN conversations c ON c.id = m.conversation_id"
-            " WHERE c.recallable = 1 AND m.content != '' AND m.status != 'error' ORDER BY m.id"
+            f" WHERE c.recallable = 1 AND m.content != '' AND m.status != 'error'{only} ORDER BY m.id",
+            () if conversation_id is None else (conversation_id,),
         )
 
     def set_tokens(self, updates: Sequence[tuple[int, Sequence[int], str]]) -> None:
