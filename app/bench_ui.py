@@ -153,6 +153,12 @@ def wait_until(cond: Callable[[], bool], timeout_s: float, what: str) -> None:
         raise TimeoutError(f"timed out after {timeout_s:.0f} s waiting for {what}")
 
 
+def settle(seconds: float) -> None:
+    """Run the Qt event loop for ``seconds``: queued loads, layouts and scrolling happen."""
+    until = time.monotonic() + seconds
+    wait_until(lambda: time.monotonic() >= until, seconds + 5, "the window to settle")
+
+
 class PaintCounter(QObject):
     """Counts paint events of one widget at a time (the shown streaming message's viewport)."""
 
@@ -217,8 +223,7 @@ class _Bench:
             load_s = time.perf_counter() - t_open
             self._create_conversations()
             self._show(self.ids[0])
-            shown = time.perf_counter()
-            wait_until(lambda: time.perf_counter() - shown > 0.3, 5, "the first conversation to show")
+            settle(0.3)  # the first conversation shows
 
             c.liveUpdated.connect(self._live_updated)  # after the window's own slot
             c.replyFinished.connect(lambda cid, _m: self.finished.setdefault(cid, time.perf_counter()))

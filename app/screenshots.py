@@ -17,7 +17,6 @@ import argparse
 import os
 import sys
 import tempfile
-import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -64,7 +63,7 @@ def render_screenshots(out: Path, *, engine_factory: Callable[[str | None], Any]
 
 def _render(app: Any, out: Path, folder: Path, engine_factory: Callable[[str | None], Any] | None,
             max_tokens: int, conversations: Sequence[Sequence[str]], timeout_s: float) -> list[Path]:
-    from app.bench_ui import wait_until
+    from app.bench_ui import settle, wait_until
     from app.controller import ChatController
     from app.main_window import MainWindow
     from app.preferences import Preferences
@@ -77,11 +76,6 @@ def _render(app: Any, out: Path, folder: Path, engine_factory: Callable[[str | N
     finished: list[int] = []
     controller.replyFinished.connect(lambda cid, _m: finished.append(cid))
     controller.replyFailed.connect(lambda cid, why: finished.append(cid))
-
-    def settle(seconds: float = 0.4) -> None:
-        """Let queued loads, layouts and scrolling run."""
-        until = time.monotonic() + seconds
-        wait_until(lambda: time.monotonic() >= until, seconds + 5, "the window to settle")
 
     try:
         wait_until(lambda: controller.info is not None, timeout_s, "the model to load")
@@ -98,16 +92,16 @@ def _render(app: Any, out: Path, folder: Path, engine_factory: Callable[[str | N
         assert shown is not None, "no conversation was seeded"
         # Open it as a click in the sidebar would: a fresh load of the saved messages, row selected.
         window.new_conversation()
-        settle()
+        settle(0.4)
         window.sidebar.select(shown)
         window.open_conversation(shown)
         wait_until(lambda: window.current == shown and bool(window.chat.widgets), 30, "the conversation to open")
-        settle()
+        settle(0.4)
         paths = [out / FILES[0], out / FILES[1]]
         _save(window, paths[0])
         window.toggle_origins(True)
         window.origins_action.setChecked(True)
-        settle()
+        settle(0.4)
         _save(window, paths[1])
         paths.append(_compare(window, out / FILES[2], timeout_s))
         return paths
@@ -120,7 +114,7 @@ def _render(app: Any, out: Path, folder: Path, engine_factory: Callable[[str | N
 
 def _compare(window: Any, path: Path, timeout_s: float) -> Path:
     """Run the comparison pane on a new prompt and save it."""
-    from app.bench_ui import wait_until
+    from app.bench_ui import settle, wait_until
     from app.compare_pane import open_compare_pane
 
     pane = open_compare_pane(window.controller, None, 64, window)
@@ -128,10 +122,10 @@ def _compare(window: Any, path: Path, timeout_s: float) -> Path:
     pane.prompt.setPlainText(COMPARE_PROMPT)
     pane.repeats.setValue(2)
     pane.run()
-    wait_until(lambda: pane.running, 30, "the comparison to start")
+    if not pane.running:  # run() starts at once, or says why not
+        raise RuntimeError(f"the comparison did not start: {pane.status.text()}")
     wait_until(lambda: not pane.running, timeout_s, "the comparison")
-    until = time.monotonic() + 0.5
-    wait_until(lambda: time.monotonic() >= until, 5, "the pane to settle")
+    settle(0.5)
     _save(pane, path)
     pane.close()
     return path
