@@ -4,11 +4,13 @@ All active streams advance together in one padded forward pass of ``n_streams`` 
 W = 1 + the most draft rows granted to any one stream. Every stream always has its own row (its next
 token, worth exactly 1 token). A stream offering a copy window of ``max_rows`` tokens at copy rate r
 can be granted draft rows 1..k of it; row j is worth r**j expected tokens (it lands only if rows
-1..j-1 did).
+1..j-1 did). A window whose first row has its own chance r1 (a resync window: see
+``engine.stream``) has rows worth r1 * r**(j - 1).
 
 Algorithm
 ---------
-1. Candidate rows: for each offer, rows j = 1..max_rows (capped so W <= ``max_width``) valued r**j.
+1. Candidate rows: for each offer, rows j = 1..max_rows (capped so W <= ``max_width``) valued r**j
+   (or r1 * r**(j - 1)).
 2. Take rows greedily in descending value across all streams (a heap; ties go to the lowest stream
    index; a stream's row j only becomes available after its row j-1 is taken).
 3. After each taken row, throughput = (n_streams + taken value) / (cost(n_streams, W) + overhead).
@@ -16,14 +18,18 @@ Algorithm
    and ties keep the shorter prefix.
 4. Probe offers whose stream got no row get exactly one row added afterwards, outside the pricing.
 
-Rows worth less than ``MIN_ROW_VALUE`` are never candidates. Inside a pass that another stream
-has already widened, such a row costs no extra compute, so pure throughput would take it; but it
-would mostly be a wasted row, and a stream whose copies keep breaking must stop paying verify
-rows for them (the seed's check), whoever else is in the round.
+Rows worth less than ``MIN_ROW_VALUE`` are never candidates, and a window whose first row is less
+likely to land than not (row 1 worth less than ``MIN_FIRST_ROW``) gets no rows at all. Inside a pass that another
+stream has already widened, such rows cost no extra compute, so pure throughput would take them;
+but they would mostly be wasted rows (compute, and on a laptop battery, spent for nothing), and a
+stream whose copies keep breaking must stop paying verify rows for them (the seed's check),
+whoever else is in the round. A window that does start keeps rows down to ``MIN_ROW_VALUE``: a
+copy that has landed its first rows tends to run on.
 
 Worked example: 4 streams on the measured 2-core CPU (ms: W=1 101, W=4 145, linear in between, so
 W=2 115.7, W=3 130.3), overhead 0, offers: stream 0 at r=0.94 with 16 rows, stream 1 at r=0.36
-with 16 rows. Greedy order: s0 rows 1..16 (0.940, 0.884, 0.831, ... 0.371), then s1 row 1 (0.36), ...
+with 16 rows. Stream 1's first row is below ``MIN_FIRST_ROW``, so it offers none. Greedy order:
+s0 rows 1..16 (0.940, 0.884, 0.831, ... 0.371).
 
     prefix                 value     W   seconds   tokens/s
     (none)                 4.000     1   0.1010    39.6
@@ -32,10 +38,9 @@ with 16 rows. Greedy order: s0 rows 1..16 (0.940, 0.884, 0.831, ... 0.371), then
     s0:1-3                 6.654     4   0.1450    45.9   <- best
     s0:1-4                 7.435     5   0.1633    45.5
     ...
-    s0:1-16, s1:1-16      14.41     17   0.3541    40.7
+    s0:1-16               13.845    17   0.3541    39.1
 
-Result: rows (3, 0), expected_tokens 6.654, seconds 0.145. Stream 1's rows at 0.36 are never worth
-widening everyone's pass for.
+Result: rows (3, 0), expected_tokens 6.654, seconds 0.145.
 """
 
 from __future__ import annotations
@@ -46,6 +51,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 MIN_ROW_VALUE = 0.3  # a row less likely than this to land is not worth verifying
+MIN_FIRST_ROW = 0.5  # a window whose first row is more likely to break than land is not started
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +62,12 @@ class Offer:
     rate: float  # copy rate of the window's source for this stream
     max_rows: int  # length of the stream's copy window (draft tokens available)
     probe: bool = False  # the probe rule fired: grant exactly one row regardless of price
+    first_rate: float | None = None  # chance the first row lands, when it differs from ``rate``
+
+    def value(self, j: int) -> float:
+        """Expected tokens from row ``j`` (1-based): first_rate * rate**(j - 1), i.e. rate**j by default."""
+        first = self.rate if self.first_rate is None else self.first_rate
+        return first * self.rate ** (j - 1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,7 +106,7 @@ def allocate(
         raise ValueError(f"overhead must be finite and >= 0, got {overhead!r}")
 
     row_cap = max_width - 1
-    rates = [0.0] * n_streams
+    priced: list[Offer | None] = [None] * n_streams  # offers with rates clamped to [0, 1]
     caps = [0] * n_streams
     probes: list[int] = []
     seen: set[int] = set()
@@ -105,8 +117,9 @@ def allocate(
         if s in seen:
             raise ValueError(f"more than one offer for stream {s}")
         seen.add(s)
-        rate = offer.rate if offer.rate == offer.rate else 0.0  # NaN -> 0
-        rates[s] = min(1.0, max(0.0, rate))
+        first = offer.first_rate
+        priced[s] = Offer(s, _clamp(offer.rate), offer.max_rows, offer.probe,
+                          None if first is None else _clamp(first))
         caps[s] = max(0, min(offer.max_rows, row_cap))
         if offer.probe:
             probes.append(s)
@@ -124,7 +137,11 @@ def allocate(
         return t
 
     # Heap of each stream's next untaken row: (-value, stream, j). Rows worth 0 can never pay.
-    heap = [(-rates[s], s, 1) for s in range(n_streams) if caps[s] > 0 and rates[s] >= MIN_ROW_VALUE]
+    def row_value(s: int, j: int) -> float:
+        o = priced[s]
+        return 0.0 if o is None else o.value(j)
+
+    heap = [(-row_value(s, 1), s, 1) for s in range(n_streams) if caps[s] > 0 and row_value(s, 1) >= MIN_FIRST_ROW]
     heapq.heapify(heap)
     order: list[int] = []  # stream of each taken row, in greedy order
     value = float(n_streams)
@@ -138,8 +155,8 @@ def allocate(
         tp = value / seconds_at(width)
         if tp > best_tp:  # strict: on a tie keep the shorter prefix
             best_len, best_tp = len(order), tp
-        if j < caps[s] and rates[s] ** (j + 1) >= MIN_ROW_VALUE:
-            heapq.heappush(heap, (-(rates[s] ** (j + 1)), s, j + 1))
+        if j < caps[s] and row_value(s, j + 1) >= MIN_ROW_VALUE:
+            heapq.heappush(heap, (-row_value(s, j + 1), s, j + 1))
 
     rows = [0] * n_streams
     for s in order[:best_len]:
@@ -150,5 +167,10 @@ def allocate(
 
     expected = float(n_streams)
     for s, k in enumerate(rows):
-        expected += sum(rates[s] ** j for j in range(1, k + 1))
+        expected += sum(row_value(s, j) for j in range(1, k + 1))
     return Allocation(rows=tuple(rows), expected_tokens=expected, seconds=seconds_at(1 + max(rows)))
+
+
+def _clamp(rate: float) -> float:
+    """A rate within [0, 1]; NaN reads as 0."""
+    return min(1.0, max(0.0, rate)) if rate == rate else 0.0

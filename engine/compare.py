@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from engine.events import Event, Failed, Finished, Request, RoundStats
-from engine.rates import CopyRates
+from engine.rates import RESYNC, CopyRates
 
 SIDES: tuple[str, ...] = ("off", "on", "plain")  # plain: no drafts at all
 
@@ -93,21 +93,22 @@ def _number(value: Any) -> float:
 
 def rate_trajectory(start: Mapping[str, Mapping[str, float]] | None, prior: float,
                     rounds: Sequence[RoundStats]) -> list[dict[str, Any]]:
-    """Each window's source rate after it was verified, replayed from the run's round statistics.
+    """Each window's copy rate after it was verified, replayed from the run's round statistics, keyed
+    by the history it was priced from (its source, or "resync"; see ``Window.rate_key``).
 
-    A round that granted g rows and accepted a tested ``a + 1`` rows when ``a < g`` (the first
-    rejection is tested too), else all g; ``CopyRates.record`` then gives the rate the stream used next.
+    Each window is recorded as the engine did (``CopyRates.record_window``), so the rates are those the
+    stream used next.
     """
     rates = CopyRates.from_snapshot(start, prior=prior)
     out = []
     first = rounds[0].round if rounds else 0
     for rs in rounds:
-        if rs.source is None or rs.draft_rows == 0:
+        key = rs.rate_key or rs.source
+        if rs.source is None or key is None or rs.draft_rows == 0:
             continue
-        tested = rs.draft_rows if rs.accepted >= rs.draft_rows else rs.accepted + 1
-        rates.record(rs.source, tested, rs.accepted)
+        rates.record_window(rs.source, rs.draft_rows, min(rs.accepted, rs.draft_rows), resync=key == RESYNC)
         # Rounds counted from the run's own start (the engine's counter runs across the session).
-        out.append({"round": rs.round - first + 1, "source": rs.source, "rate": round(rates.rate(rs.source), 4)})
+        out.append({"round": rs.round - first + 1, "source": key, "rate": round(rates.rate(key), 4)})
     return out
 
 

@@ -33,9 +33,13 @@ Worked example (prior 0.94, decay 0.9)::
 Probe rule
 ----------
 Once a source's rate is low enough that the allocator stops granting it rows, nothing would ever
-test it again and the rate could never recover. So if ``probe_every`` rounds (``tick`` calls) pass
-without a window of a source being recorded, ``probe_due(source)`` turns True; the engine then grants
-that stream's window one row outside the normal pricing, and recording the window resets the count.
+test it again and the rate could never recover. So if a source's probe interval (``probe_every``
+rounds, i.e. ``tick`` calls, at first) passes without a window of it being recorded,
+``probe_due(source)`` turns True; the engine then grants that stream's window one row outside the
+normal pricing, and recording the window resets the count. A window that lands nothing doubles the
+source's interval (8, 16, 32, 64 rounds at most) and one that lands anything resets it: in text
+that stays uncopyable the probes themselves would otherwise be most of the wasted rows, while a
+source whose text turns copyable again is re-tested within 64 rounds and recovers at once.
 """
 
 from __future__ import annotations
@@ -57,6 +61,8 @@ PRIOR_ROWS = 4.0
 # 3.76 / (4 + 10) = 0.27, below the allocator's MIN_ROW_VALUE (0.3), so a broken source gets no
 # rows even where a row would be nearly free (a single CPU stream, or a GPU).
 DEFAULT_DECAY = 0.9
+RESYNC = "resync"  # history of resync windows' first rows (see record_window)
+MAX_PROBE_INTERVAL = 64  # rounds; the longest a priced-out source waits between probes
 
 
 @dataclass
@@ -117,6 +123,7 @@ class CopyRates:
         self._round = 0
         # Round at which each source last had a window recorded; absent = since creation (round 0).
         self._last_recorded: dict[str, int] = {}
+        self._interval: dict[str, int] = {}  # probe interval by source; absent = probe_every
 
     def rate(self, source: str) -> float:
         """Chance a copied row from ``source`` lands: (accepted + 4 * prior) / (tested + 4)."""
@@ -139,18 +146,60 @@ class CopyRates:
         h.accepted = h.accepted * self.decay + accepted
         h.tested = h.tested * self.decay + tested
         self._last_recorded[source] = self._round
+        if accepted:
+            self._interval.pop(source, None)
+        else:
+            wait = self._interval.get(source, self.probe_every)
+            self._interval[source] = min(2 * wait, max(MAX_PROBE_INTERVAL, self.probe_every))
+
+    def record_window(self, source: str, granted: int, accepted: int, *, resync: bool = False) -> int:
+        """Record a verified window of ``granted`` rows of which the first ``accepted`` landed.
+
+        Returns its tested rows: all of them if none was rejected, else up to and including the first
+        rejection. A resync window (a copy picked up again after an edit) is a bet that the copy
+        resumes here, then a continuing copy: its first row goes to the ``"resync"`` history and the
+        rest, if the first landed, to ``source``'s.
+
+        >>> rates = CopyRates()
+        >>> rates.record_window("context", granted=5, accepted=2, resync=True)
+        3
+        >>> rates.snapshot()
+        {'resync': {'accepted': 1.0, 'tested': 1.0}, 'context': {'accepted': 1.0, 'tested': 2.0}}
+        """
+        if granted < 0 or not 0 <= accepted <= granted:
+            raise ValueError(f"need 0 <= accepted <= granted, got granted={granted}, accepted={accepted}")
+        tested = granted if accepted == granted else accepted + 1
+        if not resync:
+            self.record(source, tested, accepted)
+        elif tested:
+            self.record(RESYNC, 1, min(accepted, 1))
+            if accepted:
+                self.record(source, tested - 1, accepted - 1)
+        return tested
 
     def tick(self) -> None:
         """Advance one round for this stream (call once per round it takes part in)."""
         self._round += 1
 
     def probe_due(self, source: str) -> bool:
-        """True when ``probe_every`` rounds have passed without a window of ``source`` being recorded.
+        """True when the source's probe interval has passed without a window of it being recorded.
 
         The engine then grants this stream's ``source`` window one row whatever its price, so a
         source priced out of drafting is still re-tested now and then.
+
+        >>> rates = CopyRates(probe_every=8)
+        >>> rates.record("context", tested=1, accepted=0)   # nothing landed: wait 16 rounds
+        >>> for _ in range(15): rates.tick()
+        >>> rates.probe_due("context"), rates.probe_interval("context")
+        (False, 16)
+        >>> rates.tick(); rates.probe_due("context")
+        True
         """
-        return self._round - self._last_recorded.get(source, 0) >= self.probe_every
+        return self._round - self._last_recorded.get(source, 0) >= self.probe_interval(source)
+
+    def probe_interval(self, source: str) -> int:
+        """Rounds ``source`` must go unrecorded before a probe: ``probe_every``, doubled per barren window."""
+        return self._interval.get(source, self.probe_every)
 
     def snapshot(self) -> dict[str, dict[str, float]]:
         """JSON-able counts, e.g. ``{"context": {"accepted": 5.62, "tested": 7.33}}``."""

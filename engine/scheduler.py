@@ -49,6 +49,14 @@ class RoundPlan:
     rows: list[int]
 
 
+@dataclass
+class RunAhead:
+    """A draft-free round started before the previous round's tokens reached the host."""
+
+    streams: list[Stream]  # its rows, in order
+    choices: mx.array  # [len(streams), 1] greedy choices, still being computed
+
+
 class Scheduler:
     def __init__(
         self,
@@ -74,6 +82,8 @@ class Scheduler:
         self.forward_s = 0.0  # summed over rounds: forward passes
         self.host_s = 0.0  # summed over rounds: everything else in a round
         self.histogram: dict[int, int] = {}  # drafts accepted per verified window -> windows
+        self.ahead: RunAhead | None = None
+        self.rounds_ahead = 0  # rounds that ran ahead (see _run_ahead)
 
     # -- requests ------------------------------------------------------------
     def prompt_tokens(self, request: Request) -> list[int]:
@@ -127,6 +137,7 @@ class Scheduler:
         """Forget every stream (after a fault outside any one of them)."""
         self.active.clear()
         self.joining.clear()
+        self.ahead = None
         self.lanes = LaneCache(self.loaded.n_layers)
 
     @property
@@ -201,8 +212,9 @@ class Scheduler:
             w = s.propose(self.recall, s.request.recall_exclude or s.request.conversation or s.id)
             windows.append(w)
             if w is not None:
-                probe = s.own_rates and s.rates.probe_due(w.source)
-                offers.append(Offer(stream=i, rate=s.price(w.source), max_rows=len(w.tokens), probe=probe))
+                probe = s.own_rates and s.rates.probe_due(w.rate_key)
+                rate, first = s.price(w)
+                offers.append(Offer(stream=i, rate=rate, max_rows=len(w.tokens), probe=probe, first_rate=first))
         if offers:
             alloc = allocate(offers, len(self.active), self.costs.cost, self.costs.overhead)
             rows = list(alloc.rows)
@@ -227,14 +239,20 @@ class Scheduler:
             inputs[i, len(row) :] = s.last_token  # padding: masked out by position, never kept
         sampling = [i for i, s in enumerate(plan.streams) if s.request.temperature > 0]
 
+        ahead = self._claim_ahead(plan, width)
         self.lanes.begin_round(width)
         t_fwd = time.perf_counter()
         try:
-            logits = self.model(mx.array(inputs), cache=self.lanes.views)
-            choices = mx.argmax(logits, axis=-1)
-            picked = [logits[i, : len(drafts[i]) + 1] for i in sampling]
+            if ahead is not None:
+                choices, picked = ahead, []
+            else:
+                logits = self.model(mx.array(inputs), cache=self.lanes.views)
+                choices = mx.argmax(logits, axis=-1)
+                picked = [logits[i, : len(drafts[i]) + 1] for i in sampling]
+            advanced = self._run_ahead(plan, width, sampling, choices)
             mx.eval(choices, *picked)
         except Exception as exc:
+            self.ahead = None
             self.lanes.end_round()
             for row in reversed(range(len(plan.streams))):
                 self._fail_row(row, exc)
@@ -255,7 +273,8 @@ class Scheduler:
                     accepted, nxt = verify_sampled(probs, d, s.rng)
                 else:
                     accepted, nxt = verify_greedy(choice_rows[i][: len(d) + 1], d)
-                self.lanes.advance(i, accepted + 1)
+                if not advanced:
+                    self.lanes.advance(i, accepted + 1)
                 window = plan.windows[i] if d else None  # a window granted no rows was not verified
                 origins: list[Origin] = []
                 if window is not None:
@@ -269,7 +288,8 @@ class Scheduler:
                     self.emit(Tokens(s.id, tuple(tokens), tuple(origins), text))
                 self.emit(
                     RoundStats(s.id, self.round, batch, width, len(d), accepted, source, forward_s,
-                               time.perf_counter() - t_start - forward_s)
+                               time.perf_counter() - t_start - forward_s,
+                               window.rate_key if window is not None else None)
                 )
                 if s.stop_reason is not None:
                     done.append(i)
@@ -285,8 +305,53 @@ class Scheduler:
         host_s = time.perf_counter() - t_start - forward_s
         self.forward_s += forward_s
         self.host_s += host_s
-        self.costs.observe(batch, width, forward_s)
+        if ahead is None:  # a round that ran ahead waited for part of a pass, not a whole one
+            self.costs.observe(batch, width, forward_s)
         self.costs.observe_overhead(host_s)
+
+    def _claim_ahead(self, plan: RoundPlan, width: int) -> mx.array | None:
+        """This round's choices if a round that ran ahead computed it, else None (dropping it).
+
+        Streams that left since it started are cut out of its rows; a stream it does not hold (none
+        can join while one runs ahead) or a round that drafts after all means it cannot be used:
+        the round is then computed afresh and overwrites the positions it wrote.
+        """
+        ahead, self.ahead = self.ahead, None
+        if ahead is None or width != 1:
+            return None
+        rows = {id(s): i for i, s in enumerate(ahead.streams)}
+        index = [rows.get(id(s)) for s in plan.streams]
+        if any(i is None for i in index):
+            return None
+        self.rounds_ahead += 1
+        if index == list(range(len(ahead.streams))):
+            return ahead.choices
+        return ahead.choices[mx.array(index, dtype=mx.int32)]
+
+    def _run_ahead(self, plan: RoundPlan, width: int, sampling: list[int], choices: mx.array) -> bool:
+        """Start the next round before this one's tokens reach the host, when nothing can change it.
+
+        That holds when this round drafts nothing, samples nothing, no stream is joining, and no
+        stream can offer a copy window next round whatever token it gets now
+        (``Stream.surely_draft_free_next``): then every stream keeps exactly one position and the
+        next round's inputs are this round's greedy choices, still on the device. The next pass is
+        queued behind this one, so building its graph and this round's host work overlap the
+        computation (mlx-lm's ``batch_generate`` overlaps its steps the same way). Returns whether
+        the lanes were advanced here (each stream by one position).
+        """
+        if width != 1 or sampling or self.joining:
+            return False
+        if not all(not s.cancelled and s.surely_draft_free_next(self.recall) for s in plan.streams):
+            return False
+        for row in range(len(plan.streams)):
+            self.lanes.advance(row, 1)
+        self.lanes.end_round()
+        self.lanes.begin_round(1)
+        logits = self.model(choices.astype(mx.int32), cache=self.lanes.views)
+        self.ahead = RunAhead(list(plan.streams), mx.argmax(logits, axis=-1))
+        mx.async_eval(self.ahead.choices)
+        self.lanes.end_round()
+        return True
 
     def _leave(self, row: int) -> None:
         s = self.active.pop(row)

@@ -11,7 +11,11 @@ from mlx_lm.tokenizer_utils import TokenizerWrapper
 from engine.copyindex import ContextIndex, RecallIndex, Window
 from engine.events import Origin, Request, SourceCounts, StopReason
 from engine.families import Family
-from engine.rates import CopyRates
+from engine.rates import RESYNC, CopyRates
+
+# A copy broken by an edit (a renamed word, a fixed typo) resumes within a few tokens; this many
+# tokens after the break the reply has moved on, and a one-token match near the old spot is chance.
+RESYNC_SPAN = 8
 
 
 @dataclass
@@ -43,6 +47,7 @@ class Stream:
     rng: np.random.Generator | None = None
     _detok_from: int = 0  # output tokens not yet turned into committed text
     anchor: int = -1  # where the last context copy stood in the stream's tokens, for resync
+    broke_at: int = -1  # tokens in view when that copy stopped
 
     @classmethod
     def start(cls, request: Request, prompt: list[int], family: Family, tokenizer: TokenizerWrapper) -> Stream:
@@ -82,7 +87,7 @@ class Stream:
             return None
         limit = min(self.family.max_window, self.remaining - 1)
         best = self.context.propose(limit)
-        if best is None and self.anchor >= 0:
+        if best is None and self._may_resync(0):
             best = self.context.resync(self.anchor, limit)
         if recall is not None and self.request.recall and len(recall):
             other = recall.propose(self.tail(recall.max_match), limit, exclude=exclude)
@@ -90,20 +95,47 @@ class Stream:
                 best = other
         return best
 
-    def price(self, source: str) -> float:
-        return self.rates.rate(source) if self.own_rates else self.family.copy_rate
+    def surely_draft_free_next(self, recall: RecallIndex | None) -> bool:
+        """True when, whatever token this round adds, next round this stream can offer no window.
+
+        Then a round may be started before this one's tokens reach the host (the scheduler's run
+        ahead), since its rows do not depend on them.
+        """
+        if not self.request.drafts or self.remaining <= 2:  # propose needs remaining > 1 next round
+            return True
+        if self.context.may_propose_next() or self._may_resync(1):
+            return False
+        if recall is not None and self.request.recall and len(recall):
+            return not recall.may_propose_after(self.tail(recall.min_match))
+        return True
+
+    def _may_resync(self, ahead: int) -> bool:
+        """Whether a resync window may be looked for ``ahead`` tokens from now."""
+        return self.anchor >= 0 and self.tokens_in_view + ahead - self.broke_at <= RESYNC_SPAN
+
+    def price(self, window: Window) -> tuple[float, float | None]:
+        """(rate, first_rate) of ``window``'s rows for the allocator.
+
+        With own copy rates off every row is priced at the family's fixed rate. With them on, rows
+        are priced from this stream's history of the window's source; a resync window's first row
+        (does the copy resume here?) has its own chance, from the "resync" history.
+        """
+        if not self.own_rates:
+            return self.family.copy_rate, None
+        first = self.rates.rate(RESYNC) if window.resync else None
+        return self.rates.rate(window.source), first
 
     # -- after verification -------------------------------------------------
     def record_window(self, window: Window, granted: int, accepted: int) -> None:
         source = window.source
         if source == "context":
             self.anchor = window.start + accepted
-        tested = granted if accepted == granted else accepted + 1
+            self.broke_at = self.tokens_in_view + accepted
+        tested = self.rates.record_window(source, granted, accepted, resync=window.resync)
         counts = self.rows[source]
         counts.tested += tested
         counts.granted += granted
         counts.accepted += accepted
-        self.rates.record(source, tested, accepted)
 
     def accept(self, tokens: list[int], origins: list[Origin]) -> tuple[list[int], list[Origin], str]:
         """Append verified tokens, applying eos, max tokens and stop strings.

@@ -1,4 +1,4 @@
-"""Requests used by the engine tests: one copy-friendly, two open."""
+"""Requests used by the engine tests: copy-friendly ones and open ones."""
 
 COPY = (
     "Fix the spelling in this sentence and repeat it: The quick brwon fox jumsp over the lazy dog "
@@ -8,6 +8,11 @@ CODE = (
     "Add a docstring to this function and return the whole function:\n\n"
     "def area(width, height):\n    if width < 0 or height < 0:\n        raise ValueError('negative')\n"
     "    return width * height\n"
+)
+TYPOS = (
+    "Fix the typos in this paragraph:\n\nOur team has been working hard to improve the onboarding "
+    "experiance for new customers. Previously, new users had to fill out a long form with more then "
+    "twenty fields before they could see the dashboard."
 )
 FRANCE = "What is the capital of France?"
 OPEN = "Give me two tips for sleeping better."

@@ -79,8 +79,29 @@ def test_zero_rows_when_copying_cannot_pay(n_streams: int) -> None:
 
 
 def test_single_cpu_stream_pays_for_cheap_rows() -> None:
-    # W=1 -> 2 costs 64 -> 69.3 ms on one stream, so even r=0.35 earns one row: 1.35/69.3 > 1/64.
-    assert allocate([Offer(0, 0.35, 16)], 1, CPU.cost, 0.0).rows == (1,)
+    # W=1 -> 2 costs 64 -> 69.3 ms on one stream, so even r=0.5 earns one row: 1.5/69.3 > 1/64.
+    assert allocate([Offer(0, 0.5, 16)], 1, CPU.cost, 0.0).rows == (1,)
+
+
+def test_a_resync_window_is_priced_by_its_first_row() -> None:
+    # Rows worth r1 * r**(j-1): a first row at 0.4 keeps the window shut however good the rest.
+    assert allocate([Offer(0, 0.99, 16, first_rate=0.4)], 1, GPU.cost, 0.0).rows == (0,)
+    a = allocate([Offer(0, 0.9, 16, first_rate=0.6)], 1, GPU.cost, 0.0)
+    # 0.6 * 0.9**(j-1) >= 0.3 holds up to j = 7.
+    assert a.rows == (7,)
+    assert a.expected_tokens == pytest.approx(1 + sum(0.6 * 0.9 ** (j - 1) for j in range(1, 8)))
+    assert Offer(0, 0.9, 4).value(3) == pytest.approx(0.9**3)  # no first rate: r**j
+
+
+def test_a_window_more_likely_to_break_than_land_is_not_started() -> None:
+    # r=0.45 would pay on one CPU stream (1.45/69.3 > 1/64), but its first row is more likely wasted.
+    assert engine.allocator.MIN_FIRST_ROW > 0.45
+    assert allocate([Offer(0, 0.45, 16)], 1, CPU.cost, 0.0).rows == (0,)
+    # A started window keeps rows below MIN_FIRST_ROW while they stay above MIN_ROW_VALUE.
+    assert allocate([Offer(0, 0.8, 16)], 1, GPU.cost, 0.0).rows == (5,)
+    assert 0.8**5 >= engine.allocator.MIN_ROW_VALUE > 0.8**6
+    # A probe still gets its one row.
+    assert allocate([Offer(0, 0.2, 16, probe=True)], 1, CPU.cost, 0.0).rows == (1,)
 
 
 def test_rows_below_min_value_are_never_verified_even_when_free() -> None:
@@ -169,14 +190,18 @@ def test_bad_input() -> None:
 
 
 def greedy_order(offers: list[Offer], max_width: int) -> list[tuple[int, float, int]]:
-    """Reference greedy order: candidate rows (worth at least MIN_ROW_VALUE) by (value desc, stream, j)."""
+    """Reference greedy order: candidate rows (worth at least MIN_ROW_VALUE, of windows whose first row
+    is worth at least MIN_FIRST_ROW) by (value desc, stream, j)."""
     rows = []
     for o in offers:
         r = min(1.0, max(0.0, o.rate))
+        r1 = r if o.first_rate is None else min(1.0, max(0.0, o.first_rate))
+        if r1 < engine.allocator.MIN_FIRST_ROW:
+            continue
         rows += [
-            (-(r**j), o.stream, j)
+            (-(r1 * r ** (j - 1)), o.stream, j)
             for j in range(1, min(o.max_rows, max_width - 1) + 1)
-            if r**j >= engine.allocator.MIN_ROW_VALUE
+            if r1 * r ** (j - 1) >= engine.allocator.MIN_ROW_VALUE
         ]
     return [(s, -neg, j) for neg, s, j in sorted(rows)]
 
@@ -190,7 +215,7 @@ def rounds(draw: st.DrawFn) -> tuple[list[Offer], int, CostFn, float]:
     n = draw(st.integers(1, 16))
     streams = draw(st.lists(st.integers(0, n - 1), unique=True, max_size=n))
     rate = st.sampled_from([0.0, 0.1, 0.36, 0.5, 0.9, 0.94, 1.0]) | st.floats(0.0, 1.0)
-    offers = [Offer(s, draw(rate), draw(st.integers(0, 32))) for s in streams]
+    offers = [Offer(s, draw(rate), draw(st.integers(0, 32)), first_rate=draw(st.none() | rate)) for s in streams]
     ca, cb, cc = draw(st.floats(1e-4, 0.1)), draw(st.floats(0.0, 0.05)), draw(st.floats(0.0, 0.01))
 
     def linear(b: int, w: int) -> float:
@@ -208,9 +233,9 @@ def test_allocation_beats_zero_rows_and_every_greedy_prefix(
     offers, n, cost, overhead = case
     a = allocate(offers, n, cost, overhead)
     assert len(a.rows) == n
-    rates = {o.stream: o.rate for o in offers}
+    by_stream = {o.stream: o for o in offers}
     assert a.expected_tokens == pytest.approx(
-        n + sum(rates.get(s, 0.0) ** j for s, k in enumerate(a.rows) for j in range(1, k + 1))
+        n + sum(by_stream[s].value(j) for s, k in enumerate(a.rows) if k for j in range(1, k + 1))
     )
     assert a.seconds == pytest.approx(cost(n, 1 + max(a.rows)) + overhead)
     tp = throughput(a)
@@ -221,7 +246,7 @@ def test_allocation_beats_zero_rows_and_every_greedy_prefix(
         assert tp >= value / (cost(n, width) + overhead) * (1 - 1e-9)
     for o in offers:
         assert a.rows[o.stream] <= o.max_rows
-    assert all(a.rows[s] == 0 for s in range(n) if s not in rates)
+    assert all(a.rows[s] == 0 for s in range(n) if s not in by_stream)
 
 
 @settings(deadline=None)  # shared 2-core box: timing deadlines flake under load
@@ -233,7 +258,7 @@ def test_probes_only_add_one_row_to_empty_streams(
     flags = [data.draw(st.booleans()) for _ in offers]
     plain = allocate(offers, n, cost, overhead)
     probed = allocate(
-        [Offer(o.stream, o.rate, o.max_rows, f) for o, f in zip(offers, flags)], n, cost, overhead
+        [Offer(o.stream, o.rate, o.max_rows, f, o.first_rate) for o, f in zip(offers, flags)], n, cost, overhead
     )
     want = list(plain.rows)
     for o, f in zip(offers, flags):

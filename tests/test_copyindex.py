@@ -344,6 +344,16 @@ def test_resync_after_a_renamed_token() -> None:
     assert w is not None and w.tokens == (zero, semi) and w.match_len == 1
 
 
+def test_resync_windows_keep_their_own_copy_history() -> None:
+    idx = ContextIndex(min_match=2)
+    idx.extend([1, 2, 3, 4, 9, 1, 2])
+    matched = idx.propose(5)
+    assert matched is not None and not matched.resync and matched.rate_key == "context"
+    synced = idx.resync(anchor=2, max_tokens=2)
+    assert synced is not None and synced.resync and synced.source == "context"
+    assert synced.rate_key == "resync"  # priced and recorded apart; its tokens still count as context
+
+
 def test_resync_prefers_two_token_matches_and_the_nearest() -> None:
     idx = ContextIndex(min_match=4)
     #        0  1  2  3  4  5  6  7  8  9 10
@@ -360,3 +370,48 @@ def test_resync_stays_near_the_anchor() -> None:
     idx = ContextIndex(min_match=4)
     idx.extend([3, 4] + [0] * 60 + [3])
     assert idx.resync(anchor=50, max_tokens=3) is None
+
+
+def test_may_propose_next_on_literal_tokens() -> None:
+    idx = ContextIndex(min_match=3)
+    idx.extend([1, 2, 3, 4, 5, 6, 7])
+    assert not idx.may_propose_next()  # "6 7" begins no gram: no next token can make a match
+    idx.extend([1, 2])
+    assert idx.may_propose_next()  # "1 2" begins "1 2 3": a 3 next would match
+    idx.extend([3])
+    assert idx.propose(4) is not None
+
+
+@settings(deadline=None)
+@given(st.lists(st.integers(0, 4), min_size=1, max_size=40), st.integers(1, 4))
+def test_may_propose_next_false_means_no_token_can_match(tokens: list[int], m: int) -> None:
+    idx = ContextIndex(min_match=m)
+    idx.extend(tokens)
+    if idx.may_propose_next():
+        return
+    for x in range(5):
+        probe = ContextIndex(min_match=m)
+        probe.extend([*tokens, x])
+        assert probe.propose(8) is None, (tokens, x)
+
+
+@settings(deadline=None)
+@given(st.lists(st.lists(st.integers(0, 3), max_size=12), max_size=3),
+       st.lists(st.integers(0, 3), min_size=1, max_size=10), st.integers(1, 4))
+def test_recall_may_propose_after_false_means_no_token_can_match(
+    docs: list[list[int]], tail: list[int], m: int
+) -> None:
+    idx = RecallIndex(min_match=m)
+    for i, d in enumerate(docs):
+        idx.add(f"d{i}", d)
+    if idx.may_propose_after(tail):
+        return
+    for x in range(4):
+        assert idx.propose([*tail, x], 8) is None, (docs, tail, x)
+
+
+def test_recall_may_propose_after_on_literal_tokens() -> None:
+    idx = RecallIndex(min_match=3)
+    idx.add("a", [5, 6, 7, 8])
+    assert idx.may_propose_after([1, 5, 6])  # "5 6" begins "5 6 7"
+    assert not idx.may_propose_after([1, 6, 8])

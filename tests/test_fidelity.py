@@ -138,3 +138,52 @@ def test_long_prompt_prefills_in_chunks_between_rounds(loaded, reference, chat_p
     done = {e.request_id: e for e in events if isinstance(e, Finished)}
     assert list(done[running.id].tokens) == reference(list(running.prompt_tokens or ()), 40)
     assert list(done[joining.id].tokens) == reference(list(joining.prompt_tokens or ()), 8)
+
+
+def test_plain_rounds_run_ahead_and_stay_equal(loaded, reference, chat_prompt) -> None:
+    """Draft-free rounds start before the previous round's tokens reach the host; streams leaving,
+    a cancellation and a stream joining mid-run leave every token equal to mlx-lm's."""
+    events: list[Event] = []
+    sched = Scheduler(loaded, events.append)
+    lengths = {prompts.OPEN: 40, prompts.FRANCE: 12, prompts.CODE: 30}
+    reqs = [Request(prompt_tokens=tuple(chat_prompt(t)), max_tokens=n, drafts=False) for t, n in lengths.items()]
+    for r in reqs:
+        sched.submit(r)
+    doomed = Request(prompt_tokens=tuple(chat_prompt(prompts.COPY)), max_tokens=40, drafts=False)
+    late = Request(prompt_tokens=tuple(chat_prompt(prompts.TYPOS)), max_tokens=20, drafts=False)
+    steps = 0
+    while sched.busy:
+        sched.step()
+        steps += 1
+        if steps == 3:
+            sched.submit(doomed)
+        if steps == 8:
+            assert sched.cancel(doomed.id)
+        if steps == 10:
+            sched.submit(late)
+    assert sched.rounds_ahead > 20
+    done = {e.request_id: e for e in events if isinstance(e, Finished)}
+    for r in [*reqs, late]:
+        assert list(done[r.id].tokens) == reference(list(r.prompt_tokens or ()), r.max_tokens)
+    assert done[doomed.id].reason == "cancelled"
+    assert list(done[doomed.id].tokens) == reference(list(doomed.prompt_tokens or ()), 40)[: len(done[doomed.id].tokens)]
+
+
+def test_a_wrong_run_ahead_is_dropped_and_overwritten(loaded, reference, chat_prompt, monkeypatch) -> None:
+    """If a round ran ahead but the next one drafts after all, it is recomputed: tokens stay equal."""
+    monkeypatch.setattr(Stream, "surely_draft_free_next", lambda self, recall: True)  # always wrong to trust
+    events: list[Event] = []
+    sched = Scheduler(loaded, events.append)
+    reqs = [Request(prompt_tokens=tuple(chat_prompt(t)), max_tokens=48, own_copy_rates=False)
+            for t in (prompts.TYPOS, prompts.CODE)]
+    for r in reqs:
+        sched.submit(r)
+    while sched.busy:
+        sched.step()
+        for row, s in enumerate(sched.active):
+            assert sched.lanes.lengths[row] == len(s.prompt) + len(s.output) - 1
+    done = {e.request_id: e for e in events if isinstance(e, Finished)}
+    for r in reqs:
+        assert list(done[r.id].tokens) == reference(list(r.prompt_tokens or ()), 48)
+    assert sum(done[r.id].stats.rows["context"].accepted for r in reqs) > 10  # drafted rounds happened
+    assert sched.rounds_ahead > 0

@@ -90,7 +90,7 @@ def test_probe_rule() -> None:
     rates.tick()
     assert rates.probe_due("recall")
     assert rates.probe_due("context")
-    rates.record("recall", tested=1, accepted=0)  # the probe's window resets only its own source
+    rates.record("recall", tested=2, accepted=1)  # the probe's window resets only its own source
     assert not rates.probe_due("recall")
     assert rates.probe_due("context")
     for _ in range(7):
@@ -98,6 +98,23 @@ def test_probe_rule() -> None:
     assert not rates.probe_due("recall")
     rates.tick()
     assert rates.probe_due("recall")
+
+
+def test_barren_windows_double_the_probe_interval_up_to_a_cap() -> None:
+    rates = CopyRates(probe_every=8)
+    waits = []
+    for _ in range(5):
+        rates.record("resync", tested=1, accepted=0)
+        waits.append(rates.probe_interval("resync"))
+    assert waits == [16, 32, 64, 64, 64]
+    for _ in range(63):
+        rates.tick()
+    assert not rates.probe_due("resync")
+    rates.tick()
+    assert rates.probe_due("resync")
+    assert rates.probe_interval("context") == 8  # other sources keep their own interval
+    rates.record("resync", tested=3, accepted=2)  # anything landing resets it
+    assert rates.probe_interval("resync") == 8
 
 
 def test_probe_due_stays_until_a_window_is_recorded() -> None:

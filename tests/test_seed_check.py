@@ -15,7 +15,7 @@ pytestmark = pytest.mark.model
 # Measured on the 2-core CI machine (ms per pass, SmolLM2-135M float32, OpenBLAS).
 CPU_MS = {(1, 1): 64, (1, 4): 80, (1, 8): 98, (1, 16): 114, (2, 1): 72, (2, 4): 108, (2, 8): 139,
           (2, 16): 189, (4, 1): 101, (4, 4): 145, (4, 8): 218, (4, 16): 339}
-BROKEN = {"context": {"accepted": 0.0, "tested": 30.0}, "recall": {"accepted": 0.0, "tested": 30.0}}
+BROKEN = {key: {"accepted": 0.0, "tested": 30.0} for key in ("context", "resync", "recall")}
 
 
 def rows_per_round(loaded, chat_prompt, own: bool) -> tuple[list[int], Finished]:
@@ -44,3 +44,23 @@ def test_breaking_history_gets_no_rows_with_own_rates(loaded, chat_prompt) -> No
     assert probes <= len(rows_on) // 8 + 1  # probes are rare (one per probe_every rounds)
     assert sum(rows_off) > 3 * max(1, sum(rows_on)), (rows_off, rows_on)
     assert done_on.tokens == done_off.tokens  # pricing changes speed, never tokens
+
+
+def test_resync_windows_are_priced_from_their_own_history(loaded, chat_prompt) -> None:
+    # Repeating a sentence with its typos fixed: each fix breaks the copy, and the copy resumes
+    # through a resync window, whose rows are context tokens priced from the "resync" history.
+    events: list[Event] = []
+    sched = Scheduler(loaded, events.append, costs=CostModel({k: v / 1000 for k, v in CPU_MS.items()}))
+    req = Request(prompt_tokens=tuple(chat_prompt(prompts.TYPOS)), max_tokens=60, own_copy_rates=True)
+    sched.submit(req)
+    while sched.busy:
+        sched.step()
+    verified = [e for e in events if isinstance(e, RoundStats) and e.draft_rows > 0]
+    keys = {e.rate_key for e in verified}
+    assert keys == {"context", "resync"}, keys
+    assert all(e.source == "context" for e in verified)
+    done = next(e for e in events if isinstance(e, Finished))
+    assert set(done.copy_history) == {"context", "resync"}
+    resync_rows = sum(e.draft_rows for e in verified if e.rate_key == "resync")
+    assert done.stats.rows["context"].granted == sum(e.draft_rows for e in verified)
+    assert resync_rows > 0
