@@ -39,6 +39,7 @@ class CellRun:
     forward_s: float = 0.0
     host_s: float = 0.0
     rounds: int = 0
+    rounds_ahead: int = 0  # rounds started before the previous round's tokens reached the host
     histogram: dict[int, int] = field(default_factory=dict)  # drafts accepted per window -> windows
 
     @property
@@ -99,6 +100,7 @@ def run_lanes(
         sched.step()
     run.seconds = time.perf_counter() - t0
     run.forward_s, run.host_s, run.rounds = sched.forward_s, sched.host_s, sched.round
+    run.rounds_ahead = sched.rounds_ahead
     run.histogram = dict(sorted(sched.histogram.items()))
     for it in items:
         f = finished[it.id]
@@ -203,6 +205,7 @@ def _summarise(
             rounds_json.append({
                 "tok_s": run.tok_s, "seconds": run.seconds, "tokens": run.generated, "streams": streams,
                 "forward_s": run.forward_s, "host_s": run.host_s, "engine_rounds": run.rounds,
+                "rounds_ahead": run.rounds_ahead,
                 "accepted_per_window": run.histogram,
             })
             for src, c in run.rows.items():

@@ -127,14 +127,7 @@ def run_one(submit: Callable[[Request], Any], spec: CompareSpec, side: str, repe
         elif isinstance(ev, Finished):
             run.status = "cancelled" if ev.reason == "cancelled" else "complete"
             run.text, run.tokens, run.origins = ev.text, ev.tokens, tuple(ev.origins)
-            st = ev.stats
-            run.stats = {
-                "reason": ev.reason, "generated": st.generated, "seconds": st.seconds,
-                "tokens_per_s": st.tokens_per_s, "first_token_s": st.first_token_s, "rounds": st.rounds,
-                "prompt_tokens": st.prompt_tokens,
-                "rows": {s: {"tested": c.tested, "accepted": c.accepted, "granted": c.granted}
-                         for s, c in st.rows.items()},
-            }
+            run.stats = {"reason": ev.reason, **ev.stats.as_dict()}
             run.copy_history_after = ev.copy_history
         elif isinstance(ev, Failed):
             run.status, run.error, run.text = "error", ev.message, ev.text

@@ -20,7 +20,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 Origin = Literal["model", "context", "recall"]
 StopReason = Literal["eos", "stop", "length", "cancelled", "error"]
@@ -107,6 +107,20 @@ class ReplyStats:
     @property
     def tokens_per_s(self) -> float:
         return self.generated / self.seconds if self.seconds > 0 else 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-able, as stored with a message and with a comparison run."""
+        return {
+            "prompt_tokens": self.prompt_tokens,
+            "generated": self.generated,
+            "seconds": self.seconds,
+            "tokens_per_s": self.tokens_per_s,
+            "first_token_s": self.first_token_s,
+            "prefill_reused": self.prefill_reused,
+            "rounds": self.rounds,
+            "rows": {s: {"tested": c.tested, "accepted": c.accepted, "granted": c.granted}
+                     for s, c in self.rows.items()},
+        }
 
 
 @dataclass(frozen=True)

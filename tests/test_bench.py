@@ -45,6 +45,8 @@ def test_bench_runs_every_cell_and_reports_token_equality(tmp_path: Path) -> Non
     ctx = data["cells"]["off"]["rows"]["context"]
     assert ctx["granted"] >= ctx["tested"] >= ctx["accepted"] and ctx["tested"] > 0
     assert 0 <= data["cells"]["on"]["host_fraction"] < 1
+    plain = data["cells"]["plain"]["rounds"][0]  # no drafts: nearly every round runs ahead
+    assert 0 < plain["rounds_ahead"] < plain["engine_rounds"]
 
 
 def test_bad_workload_names_file_and_line(tmp_path: Path) -> None:

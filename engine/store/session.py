@@ -52,15 +52,7 @@ def stats_dict(stats: ReplyStats, reason: str, settings: ReplySettings,
     """A reply's statistics as stored with its message (JSON)."""
     return {
         "reason": reason,
-        "prompt_tokens": stats.prompt_tokens,
-        "generated": stats.generated,
-        "seconds": stats.seconds,
-        "tokens_per_s": stats.tokens_per_s,
-        "first_token_s": stats.first_token_s,
-        "prefill_reused": stats.prefill_reused,
-        "rounds": stats.rounds,
-        "rows": {s: {"tested": c.tested, "accepted": c.accepted, "granted": c.granted}
-                 for s, c in stats.rows.items()},
+        **stats.as_dict(),
         "settings": settings.as_dict(),
         "copy_history_before": copy_history_before,
     }
