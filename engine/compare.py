@@ -103,9 +103,9 @@ def rate_trajectory(start: Mapping[str, Mapping[str, float]] | None, prior: floa
     out = []
     first = rounds[0].round if rounds else 0
     for rs in rounds:
-        key = rs.rate_key or rs.source
-        if rs.source is None or key is None or rs.draft_rows == 0:
+        if rs.source is None or rs.draft_rows == 0:
             continue
+        key = rs.rate_key or rs.source
         rates.record_window(rs.source, rs.draft_rows, min(rs.accepted, rs.draft_rows), resync=key == RESYNC)
         # Rounds counted from the run's own start (the engine's counter runs across the session).
         out.append({"round": rs.round - first + 1, "source": key, "rate": round(rates.rate(key), 4)})

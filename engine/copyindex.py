@@ -41,6 +41,8 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from engine.rates import RESYNC
+
 MAX_CANDIDATES = 16  # usable candidates extended per propose; keeps it well under 1 ms
 MAX_CHAIN_STEPS = 256  # chain links walked per recall propose, skipped ones included
 
@@ -60,10 +62,10 @@ class Window:
         """The copy history that decides whether this window starts: its source's, or "resync".
 
         A resync window's first row (does the copy resume after an edit?) lands often in edited
-        copies and almost never in free-form text (3 times in 4 it fails there, measured on the
+        copies and seldom in free-form text (3 times in 4 it failed there, in an ad hoc count on the
         mixed and no-copy workloads), so it is priced from its own history, not the source's.
         """
-        return "resync" if self.resync else self.source
+        return RESYNC if self.resync else self.source
 
 
 def _check_lengths(min_match: int, max_match: int) -> None:

@@ -57,9 +57,10 @@ PRIOR_ROWS = 4.0
 #    above break-even, so one unlucky window does not shut copying off;
 #  - fast enough: three broken windows in a row give 0.64 -> 0.56, below break-even, so a stream whose
 #    text stopped being copyable stops paying within ~3 of its windows; after 10 it sits at 0.36.
-# Note the fixed prior puts a floor under the rate: with only 1-row failures it tends to
-# 3.76 / (4 + 10) = 0.27, below the allocator's MIN_ROW_VALUE (0.3), so a broken source gets no
-# rows even where a row would be nearly free (a single CPU stream, or a GPU).
+# The allocator starts no window whose first row is worth < 0.5 (MIN_FIRST_ROW): five broken windows
+# in a row (0.94 -> 0.75, 0.64, 0.56, 0.51, 0.46) price a source out even where a row would be nearly
+# free (a single CPU stream, or a GPU). With only 1-row failures the rate tends to
+# 3.76 / (4 + 10) = 0.27; probes (below) re-test it.
 DEFAULT_DECAY = 0.9
 RESYNC = "resync"  # history of resync windows' first rows (see record_window)
 MAX_PROBE_INTERVAL = 64  # rounds; the longest a priced-out source waits between probes

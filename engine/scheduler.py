@@ -341,7 +341,7 @@ class Scheduler:
         """
         if width != 1 or sampling or self.joining:
             return False
-        if not all(not s.cancelled and s.surely_draft_free_next(self.recall) for s in plan.streams):
+        if not all(s.surely_draft_free_next(self.recall) for s in plan.streams):
             return False
         for row in range(len(plan.streams)):
             self.lanes.advance(row, 1)
