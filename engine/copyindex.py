@@ -41,6 +41,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from engine.edits import Applied
 from engine.rates import RESYNC
 
 MAX_CANDIDATES = 16  # usable candidates extended per propose; keeps it well under 1 ms
@@ -56,6 +57,11 @@ class Window:
     match_len: int  # how many trailing tokens of the stream matched the earlier occurrence
     start: int = field(default=-1, compare=False)  # context windows: index of the first copied token in the stream's tokens
     resync: bool = field(default=False, compare=False)  # found by ContextIndex.resync (a 1-2 token match)
+    # Drafts with learned edits applied (engine.edits): where each token's source text starts (one
+    # more entry: after the last), where the edits sit, and the edit a resync would confirm.
+    sources: tuple[int, ...] = field(default=(), compare=False)
+    applied: tuple[Applied, ...] = field(default=(), compare=False)
+    learn: tuple[tuple[int, ...], tuple[int, ...]] | None = field(default=None, compare=False)
 
     @property
     def rate_key(self) -> str:
@@ -66,6 +72,17 @@ class Window:
         mixed and no-copy workloads), so it is priced from its own history, not the source's.
         """
         return RESYNC if self.resync else self.source
+
+    def source_at(self, i: int) -> int:
+        """Where the source text behind draft token ``i`` starts (``i == len(tokens)``: after the last)."""
+        return self.sources[i] if self.sources else self.start + i
+
+    def rewind(self, accepted: int) -> int:
+        """Draft tokens that count as copied: a copy that stopped inside an edit counts up to its start."""
+        for a in self.applied:
+            if a.at < accepted < a.at + a.length:
+                return a.at
+        return accepted
 
 
 def _check_lengths(min_match: int, max_match: int) -> None:
@@ -99,6 +116,11 @@ class ContextIndex:
 
     def __len__(self) -> int:
         return len(self._tokens)
+
+    @property
+    def tokens(self) -> Sequence[int]:
+        """The indexed tokens (read only)."""
+        return self._tokens
 
     def extend(self, tokens: Sequence[int]) -> None:
         """Append tokens and index the grams they complete (amortised O(len(tokens)))."""

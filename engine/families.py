@@ -23,6 +23,9 @@ class Family:
     min_match: Mapping[str, int] = field(
         default_factory=lambda: MappingProxyType({"context": 4, "recall": 8})
     )
+    # Learn the edits a reply makes to the prompt it copies and replay them in later drafts
+    # (engine/edits.py); off only to measure what they bring.
+    copy_edits: bool = True
     max_window: int = 32  # longest window proposed in one round (the allocator decides how much to verify)
 
 

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 from mlx_lm.tokenizer_utils import TokenizerWrapper
 
 from engine.copyindex import ContextIndex, RecallIndex, Window
+from engine.edits import Applied, EditBook, edit_between
 from engine.events import Origin, Request, SourceCounts, StopReason
 from engine.families import Family
 from engine.rates import RESYNC, CopyRates
@@ -48,6 +49,7 @@ class Stream:
     _detok_from: int = 0  # output tokens not yet turned into committed text
     anchor: int = -1  # where the last context copy stood in the stream's tokens, for resync
     broke_at: int = -1  # tokens in view when that copy stopped
+    edits: EditBook = field(default_factory=EditBook)  # edits this reply made to the prompt it copies
 
     @classmethod
     def start(cls, request: Request, prompt: list[int], family: Family, tokenizer: TokenizerWrapper) -> Stream:
@@ -86,14 +88,57 @@ class Stream:
         if not self.request.drafts or self.remaining <= 1:
             return None
         limit = min(self.family.max_window, self.remaining - 1)
-        best = self.context.propose(limit)
+        best = self._continue(limit)
+        if best is None:
+            best = self.context.propose(limit)
+            if best is not None:
+                best = self._edited(best, limit)
         if best is None and self._may_resync(0):
-            best = self.context.resync(self.anchor, limit)
+            best = self._resync(limit)
         if recall is not None and self.request.recall and len(recall):
             other = recall.propose(self.tail(recall.max_match), limit, exclude=exclude)
             if other is not None and (best is None or other.match_len > best.match_len):
                 best = other
         return best
+
+    def _continue(self, limit: int) -> Window | None:
+        """The edited copy of the prompt picked up where the last window stopped, if the reply has
+        kept to it since; only once the reply has made an edit, since an unedited copy is found by
+        ``ContextIndex.propose`` as well."""
+        if not self.edits or not 0 <= self.anchor < len(self.prompt) or not self._may_resync(0):
+            return None
+        toks = self.context.tokens
+        n, done = len(toks), self.tokens_in_view - self.broke_at
+        d = self.edits.apply(toks, self.anchor, n, done + limit, edit_until=len(self.prompt))
+        if len(d.tokens) <= done or tuple(toks[self.broke_at : n]) != d.tokens[:done]:
+            return None
+        applied = tuple(Applied(a.at - done, a.old, a.length) for a in d.applied if a.at >= done)
+        return Window(self.context.source, d.tokens[done:], self.context.max_match, d.sources[done],
+                      sources=d.sources[done:], applied=applied)
+
+    def _resync(self, limit: int) -> Window | None:
+        """A resync window, drafted with the edit it implies: what the reply wrote in place of the
+        prompt's text between the break and where the copy resumes."""
+        w = self.context.resync(self.anchor, limit)
+        if w is None:
+            return None
+        toks, k = self.context.tokens, w.match_len
+        learn = None
+        if (self.family.copy_edits and self.anchor < len(self.prompt) and w.start <= len(self.prompt)
+                and self.anchor <= w.start - k and self.broke_at <= self.tokens_in_view - k):
+            learn = edit_between(toks[self.anchor : w.start], toks[self.broke_at : self.tokens_in_view])
+        return self._edited(w, limit, learn)
+
+    def _edited(self, window: Window, limit: int,
+                learn: tuple[tuple[int, ...], tuple[int, ...]] | None = None) -> Window | None:
+        """``window`` drafted again with this stream's edits (and ``learn``) where it copies the prompt."""
+        if not (self.edits or learn) or not 0 <= window.start < len(self.prompt):
+            return window
+        toks = self.context.tokens
+        d = self.edits.apply(toks, window.start, len(toks), limit, edit_until=len(self.prompt), extra=learn)
+        if not d.tokens:
+            return None
+        return replace(window, tokens=d.tokens, sources=d.sources, applied=d.applied, learn=learn)
 
     def surely_draft_free_next(self, recall: RecallIndex | None) -> bool:
         """True when, whatever token this round adds, next round this stream can offer no window.
@@ -129,8 +174,14 @@ class Stream:
     def record_window(self, window: Window, granted: int, accepted: int) -> None:
         source = window.source
         if source == "context":
-            self.anchor = window.start + accepted
-            self.broke_at = self.tokens_in_view + accepted
+            kept = window.rewind(accepted)
+            self.anchor = window.source_at(kept)
+            self.broke_at = self.tokens_in_view + kept
+            learned = window.learn if accepted else None  # the copy resumed: the edit was real
+            if learned is not None:
+                self.edits.learn(*learned)
+            self.edits.score([a for a in window.applied if learned is None or a.old != learned[0]],
+                             granted, accepted)
         tested = self.rates.record_window(source, granted, accepted, resync=window.resync)
         counts = self.rows[source]
         counts.tested += tested

@@ -16,3 +16,12 @@ TYPOS = (
 )
 FRANCE = "What is the capital of France?"
 OPEN = "Give me two tips for sleeping better."
+TABLE = (
+    "Convert this list to a Markdown table with the columns Name, Role, Office and Start date:\n\n"
+    "- Maria Lopez, Engineering Manager, Berlin, started March 2019\n"
+    "- James Chen, Senior Backend Engineer, Berlin, started June 2020\n"
+    "- Aisha Bello, Frontend Engineer, Lisbon, started January 2021\n"
+    "- Tom Eriksson, Site Reliability Engineer, Stockholm, started September 2021\n"
+    "- Lukas Novak, QA Engineer, Prague, started August 2022\n"
+    "- Sophie Martin, Product Designer, Paris, started October 2023\n"
+)
