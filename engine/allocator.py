@@ -1,7 +1,8 @@
 """Who gets draft rows this round.
 
-All active streams advance together in one padded forward pass of ``n_streams`` x W rows, where
-W = 1 + the most draft rows granted to any one stream. Every stream always has its own row (its next
+All active streams advance together in one forward pass of ``n_streams`` x W rows, where W = 1 +
+the most draft rows granted to any one stream (padded, or grouped so that streams without drafts
+attend one row: ``engine.forward``; the cost model says which is cheaper). Every stream always has its own row (its next
 token, worth exactly 1 token). A stream offering a copy window of ``max_rows`` tokens at copy rate r
 can be granted draft rows 1..k of it; row j is worth r**j expected tokens (it lands only if rows
 1..j-1 did). A window whose first row has its own chance r1 (a resync window: see
@@ -13,7 +14,8 @@ Algorithm
    (or r1 * r**(j - 1)).
 2. Take rows greedily in descending value across all streams (a heap; ties go to the lowest stream
    index; a stream's row j only becomes available after its row j-1 is taken).
-3. After each taken row, throughput = (n_streams + taken value) / (cost(n_streams, W) + overhead).
+3. After each taken row, throughput = (n_streams + taken value) / (cost(n_streams, W, k) + overhead),
+   k being the streams with a row taken (the cost model prices a grouped pass when k < n_streams).
    Keep the prefix with the highest throughput; the empty prefix (no draft rows) is a valid answer,
    and ties keep the shorter prefix.
 4. Probe offers whose stream got no row get exactly one row added afterwards, outside the pricing.
@@ -88,13 +90,14 @@ def allocate(
 ) -> Allocation:
     """Grant draft rows to maximise expected tokens per second this round (see module docstring).
 
-    ``cost(batch, width)`` gives seconds for a padded pass (e.g. ``CostModel.cost``). At most one offer
+    ``cost(batch, width, wide)`` gives seconds for a pass of ``batch`` streams, ``width`` rows at the
+    widest, ``wide`` of them drafting (e.g. ``CostModel.cost``, which prices padding). At most one offer
     per stream. Rates outside [0, 1] are clamped (NaN reads as 0); ``max_width`` caps W, so a stream
     gets at most ``max_width - 1`` draft rows, and with ``max_width == 1`` nobody drafts, probes
     included.
 
     >>> cpu = {1: 0.101, 2: 0.1157, 3: 0.1303, 4: 0.145, 5: 0.1633}
-    >>> a = allocate([Offer(0, 0.94, 4)], 4, lambda b, w: cpu[w], 0.0)
+    >>> a = allocate([Offer(0, 0.94, 4)], 4, lambda b, w, k: cpu[w], 0.0)
     >>> a.rows, round(a.expected_tokens, 3), a.seconds
     ((3, 0, 0, 0), 6.654, 0.145)
     """
@@ -124,16 +127,16 @@ def allocate(
         if offer.probe:
             probes.append(s)
 
-    # Only ~max_width distinct widths occur, so price each once.
-    round_seconds: dict[int, float] = {}
+    # Only a few (width, drafting streams) pairs occur, so price each once.
+    round_seconds: dict[tuple[int, int], float] = {}
 
-    def seconds_at(width: int) -> float:
-        t = round_seconds.get(width)
+    def seconds_at(width: int, wide: int) -> float:
+        t = round_seconds.get((width, wide))
         if t is None:
-            t = cost(n_streams, width) + overhead
+            t = cost(n_streams, width, wide) + overhead
             if not (math.isfinite(t) and t > 0.0):
-                raise ValueError(f"cost({n_streams}, {width}) + overhead gave {t!r}; need > 0")
-            round_seconds[width] = t
+                raise ValueError(f"cost({n_streams}, {width}, {wide}) + overhead gave {t!r}; need > 0")
+            round_seconds[(width, wide)] = t
         return t
 
     # Heap of each stream's next untaken row: (-value, stream, j). Rows worth 0 can never pay.
@@ -145,14 +148,15 @@ def allocate(
     heapq.heapify(heap)
     order: list[int] = []  # stream of each taken row, in greedy order
     value = float(n_streams)
-    width = 1
-    best_len, best_tp = 0, value / seconds_at(1)
+    width, wide = 1, 0  # streams with a draft row taken
+    best_len, best_tp = 0, value / seconds_at(1, 0)
     while heap:
         neg_v, s, j = heapq.heappop(heap)
         order.append(s)
         value -= neg_v
         width = max(width, j + 1)
-        tp = value / seconds_at(width)
+        wide += j == 1
+        tp = value / seconds_at(width, wide)
         if tp > best_tp:  # strict: on a tie keep the shorter prefix
             best_len, best_tp = len(order), tp
         if j < caps[s] and row_value(s, j + 1) >= MIN_ROW_VALUE:
@@ -168,7 +172,8 @@ def allocate(
     expected = float(n_streams)
     for s, k in enumerate(rows):
         expected += sum(row_value(s, j) for j in range(1, k + 1))
-    return Allocation(rows=tuple(rows), expected_tokens=expected, seconds=seconds_at(1 + max(rows)))
+    drafting = sum(1 for k in rows if k)
+    return Allocation(rows=tuple(rows), expected_tokens=expected, seconds=seconds_at(1 + max(rows), drafting))
 
 
 def _clamp(rate: float) -> float:

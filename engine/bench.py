@@ -40,6 +40,7 @@ class CellRun:
     host_s: float = 0.0
     rounds: int = 0
     rounds_ahead: int = 0  # rounds started before the previous round's tokens reached the host
+    rounds_grouped: int = 0  # rounds run as a grouped pass (engine.forward)
     histogram: dict[int, int] = field(default_factory=dict)  # drafts accepted per window -> windows
 
     @property
@@ -101,6 +102,7 @@ def run_lanes(
     run.seconds = time.perf_counter() - t0
     run.forward_s, run.host_s, run.rounds = sched.forward_s, sched.host_s, sched.round
     run.rounds_ahead = sched.rounds_ahead
+    run.rounds_grouped = sched.rounds_grouped
     run.histogram = dict(sorted(sched.histogram.items()))
     for it in items:
         f = finished[it.id]
@@ -206,6 +208,7 @@ def _summarise(
                 "tok_s": run.tok_s, "seconds": run.seconds, "tokens": run.generated, "streams": streams,
                 "forward_s": run.forward_s, "host_s": run.host_s, "engine_rounds": run.rounds,
                 "rounds_ahead": run.rounds_ahead,
+                "rounds_grouped": run.rounds_grouped,
                 "accepted_per_window": run.histogram,
             })
             for src, c in run.rows.items():

@@ -31,6 +31,16 @@ Worked example with the measured 2-core CPU numbers (SmolLM2-135M), milliseconds
     cost(3, 8)  = 52.1 + 8.78 * 3 + 3.92 * 24 = 172.5 ms (fit: a=52.1, b=8.78, c=3.92)
 
 On a GPU the same table is nearly flat (4-10 ms whatever the shape), so wide rounds cost little.
+
+Grouped rounds (``engine.forward``; enabled with ``grouped=True`` where the model supports them):
+when only k < B streams draft, the round can run their W rows as one group and the other streams'
+single rows as another. ``cost(B, W, wide=k)`` is then the cheaper of the padded pass and the
+grouped one; a grouped shape that has been observed answers with its moving average, else
+
+    grouped(B, W, k) = cost(B, 1) + cost(k, W) - cost(k, 1)
+
+(every stream's own row, plus what W rows add for k streams), never below cost(B, 1). With the
+table above: grouped(4, 8, 1) = 101 + 98 - 64 = 135 ms against 218 ms padded.
 """
 
 from __future__ import annotations
@@ -41,6 +51,9 @@ from typing import Any
 
 # Shapes the engine times at load: narrow and wide passes at one and several streams.
 CALIBRATION_SHAPES: tuple[tuple[int, int], ...] = ((1, 1), (1, 8), (4, 1), (4, 8), (4, 16))
+# Grouped passes timed too where the model has them (B, W, drafting streams): one stream drafting
+# is the common uneven round, and its measured cost shows whether grouping pays on this machine.
+GROUPED_CALIBRATION_SHAPES: tuple[tuple[int, int, int], ...] = ((4, 8, 1), (4, 16, 1))
 
 # Fallback curve (seconds) = a + b*B + c*B*W: the least-squares fit of the 2-core CPU table above.
 # Deliberately the slow machine: before calibration it is better to under-draft than to over-pad.
@@ -127,13 +140,16 @@ class CostModel:
         samples: Mapping[tuple[int, int], float] | None = None,
         alpha: float = 0.2,
         overhead: float = 0.0,
+        grouped: bool = False,
     ) -> None:
         if not 0.0 < alpha <= 1.0:
             raise ValueError(f"alpha must be in (0, 1], got {alpha!r}")
         if not (math.isfinite(overhead) and overhead >= 0.0):
             raise ValueError(f"overhead must be finite and >= 0, got {overhead!r}")
         self.alpha = float(alpha)
+        self.grouped = grouped  # whether rounds may be grouped (the scheduler sets it per model)
         self._samples: dict[tuple[int, int], float] = {}
+        self._grouped: dict[tuple[int, int, int], float] = {}  # (B, W, k) -> observed seconds
         self._widths: dict[int, list[int]] = {}  # batch -> sorted observed widths
         self._coef: tuple[float, float, float] | None = None
         self._scale = 1.0  # DEFAULT_CURVE multiplier when the fit is not identifiable
@@ -176,21 +192,47 @@ class CostModel:
         else:
             self._overhead, self._overhead_seen = seconds, True
 
-    def observe(self, batch: int, width: int, seconds: float) -> None:
+    def observe(self, batch: int, width: int, seconds: float, wide: int | None = None) -> None:
         """Fold one timed B x W pass into that shape's moving average and refit the fallback.
 
+        ``wide`` = k < B means a grouped pass with k drafting streams (kept apart from padded ones).
         A new shape takes the timing as is; non-finite or non-positive timings are dropped.
         """
         _check_shape(batch, width)
         if not _valid_seconds(seconds):
+            return
+        if wide is not None and wide < batch:
+            gkey = (batch, width, wide)
+            old_g = self._grouped.get(gkey)
+            self._grouped[gkey] = float(seconds) if old_g is None else old_g + self.alpha * (seconds - old_g)
             return
         key = (batch, width)
         old = self._samples.get(key)
         self._samples[key] = float(seconds) if old is None else old + self.alpha * (seconds - old)
         self._rebuild()
 
-    def cost(self, batch: int, width: int) -> float:
-        """Predicted seconds for a B x W pass (see the module docstring for the rules)."""
+    def cost(self, batch: int, width: int, wide: int | None = None) -> float:
+        """Predicted seconds for a B x W pass where ``wide`` streams draft (None: all of them)."""
+        padded = self._padded(batch, width)
+        if self.groups_pay(batch, width, wide):
+            assert wide is not None
+            return self._grouped_cost(batch, width, wide)
+        return padded
+
+    def groups_pay(self, batch: int, width: int, wide: int | None) -> bool:
+        """Whether a grouped pass is expected to beat the padded one for this round."""
+        if not self.grouped or wide is None or not 0 < wide < batch or width == 1:
+            return False
+        return self._grouped_cost(batch, width, wide) < self._padded(batch, width)
+
+    def _grouped_cost(self, batch: int, width: int, wide: int) -> float:
+        seen = self._grouped.get((batch, width, wide))
+        if seen is not None:
+            return seen
+        base = self._padded(batch, 1)
+        return max(base, base + self._padded(wide, width) - self._padded(wide, 1))
+
+    def _padded(self, batch: int, width: int) -> float:
         _check_shape(batch, width)
         exact = self._samples.get((batch, width))
         if exact is not None:
@@ -214,8 +256,12 @@ class CostModel:
         return max(value, MIN_SECONDS)
 
     def snapshot(self) -> dict[str, float]:
-        """Observed averages as ``{"BxW": seconds}``, e.g. ``{"4x8": 0.218}``."""
+        """Observed padded averages as ``{"BxW": seconds}``, e.g. ``{"4x8": 0.218}``."""
         return {f"{b}x{w}": s for (b, w), s in sorted(self._samples.items())}
+
+    def grouped_snapshot(self) -> dict[str, float]:
+        """Observed grouped averages as ``{"BxW/k": seconds}``, e.g. ``{"4x8/1": 0.135}``."""
+        return {f"{b}x{w}/{k}": s for (b, w, k), s in sorted(self._grouped.items())}
 
     # -- internals -----------------------------------------------------------------------------
 

@@ -19,16 +19,34 @@ accepted draft) and row 1 keeps 4: lengths become [7, 7].
 The model sees one ``LayerView`` per layer (``update_and_fetch``, ``offset``,
 ``make_mask``: the interface mlx-lm's attention calls); the lengths and mask
 live once in ``LaneCache``.
+
+A *grouped* round (``begin_grouped``, used by ``engine.forward``) gives each
+stream its own width instead: streams with one row are attended as one group,
+the others as a second group padded to the widest of them, so one long window
+does not make every stream attend a long block of padding.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import mlx.core as mx
 from mlx_lm.models.cache import KVCache
 
 STEP = 256  # capacity grows in steps, as mlx-lm's KVCache does
+
+
+@dataclass(frozen=True)
+class Group:
+    """Streams attended together in a grouped round, each with ``width`` query rows."""
+
+    rows: tuple[int, ...]  # rows of the LaneCache, ascending
+    width: int
+    offsets: mx.array  # [len(rows)] each stream's length: its rotary offset and first position written
+    mask: mx.array  # [len(rows), 1, width, end]
+    end: int  # keys attended: the longest length in the group + width
+    index: mx.array | None  # rows as an array when they are neither all rows nor one
 
 
 class LayerView:
@@ -95,6 +113,48 @@ class LaneCache:
         query = mx.arange(width, dtype=mx.int32)[None, None, :, None]
         keypos = mx.arange(key_len, dtype=mx.int32)[None, None, None, :]
         self._mask = keypos <= lengths + query  # [batch, 1, width, key_len]
+
+    def begin_grouped(self, widths: Sequence[int]) -> list[Group]:
+        """Prepare a round where row i has ``widths[i]`` query rows (see the module docstring)."""
+        assert len(widths) == self.batch
+        width = max(widths)
+        need = max(self.lengths) + width
+        if need > self.capacity:
+            self._grow(need)
+        self._width = width
+        groups = []
+        for rows in ([r for r, w in enumerate(widths) if w > 1], [r for r, w in enumerate(widths) if w == 1]):
+            if rows:
+                groups.append(self._group(tuple(rows), max(widths[r] for r in rows)))
+        return groups
+
+    def _group(self, rows: tuple[int, ...], width: int) -> Group:
+        lengths = [self.lengths[r] for r in rows]
+        end = max(lengths) + width
+        offsets = mx.array(lengths, dtype=mx.int32)
+        query = mx.arange(width, dtype=mx.int32)[None, None, :, None]
+        keypos = mx.arange(end, dtype=mx.int32)[None, None, None, :]
+        mask = keypos <= offsets[:, None, None, None] + query
+        index = None if len(rows) in (1, self.batch) else mx.array(rows, dtype=mx.int32)
+        return Group(rows, width, offsets, mask, end, index)
+
+    def write_group(self, layer: int, group: Group, keys: mx.array, values: mx.array) -> tuple[mx.array, mx.array]:
+        """Write a group's new keys and values ([len(rows), kv_heads, width, head_dim]); return the
+        keys and values its rows attend."""
+        kbuf, vbuf = self.keys[layer], self.values[layer]
+        assert kbuf is not None and vbuf is not None
+        w = group.width
+        for i, row in enumerate(group.rows):
+            at = self.lengths[row]
+            kbuf[row : row + 1, :, at : at + w, :] = keys[i : i + 1]
+            vbuf[row : row + 1, :, at : at + w, :] = values[i : i + 1]
+        end = group.end
+        if group.index is not None:
+            return kbuf[group.index, :, :end, :], vbuf[group.index, :, :end, :]
+        if len(group.rows) == 1:
+            r = group.rows[0]
+            return kbuf[r : r + 1, :, :end, :], vbuf[r : r + 1, :, :end, :]
+        return kbuf[:, :, :end, :], vbuf[:, :, :end, :]
 
     @property
     def offsets(self) -> mx.array:

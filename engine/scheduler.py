@@ -8,6 +8,7 @@ the benchmark's main thread) and reports through ``emit``.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import time
 from collections.abc import Callable
@@ -20,9 +21,10 @@ from mlx_lm.models.cache import KVCache
 from engine.allocator import Offer, allocate
 from engine.convcache import ConversationCache
 from engine.copyindex import RecallIndex, Window
-from engine.costmodel import CALIBRATION_SHAPES, CostModel
+from engine.costmodel import CALIBRATION_SHAPES, GROUPED_CALIBRATION_SHAPES, CostModel
 from engine.errors import LanesError, PromptTooLongError
 from engine.events import Event, Failed, Finished, Origin, ReplyStats, Request, RoundStats, Tokens
+from engine.forward import ROW_MULTIPLE, grouped_logits, supports_grouped
 from engine.lanecache import LaneCache
 from engine.models import LoadedModel
 from engine.stream import Stream
@@ -74,6 +76,8 @@ class Scheduler:
         fam = loaded.family
         self.recall = recall if recall is not None else RecallIndex(min_match=fam.min_match["recall"])
         self.costs = costs if costs is not None else CostModel()
+        self.costs.grouped = supports_grouped(self.model)  # rounds may be grouped (engine.forward)
+        self.row_multiple = ROW_MULTIPLE if loaded.device == "cpu" else 1
         self.conversations = conversations if conversations is not None else ConversationCache()
         self.lanes = LaneCache(loaded.n_layers)
         self.active: list[Stream] = []  # row i of self.lanes is self.active[i]
@@ -84,6 +88,7 @@ class Scheduler:
         self.histogram: dict[int, int] = {}  # drafts accepted per verified window -> windows
         self.ahead: RunAhead | None = None
         self.rounds_ahead = 0  # rounds that ran ahead (see _run_ahead)
+        self.rounds_grouped = 0  # rounds run as a grouped pass (engine.forward)
 
     # -- requests ------------------------------------------------------------
     def prompt_tokens(self, request: Request) -> list[int]:
@@ -155,20 +160,33 @@ class Scheduler:
     def calibrate(self, repeats: int = 2) -> None:
         """Time the forward pass at a few shapes on this machine (before any stream)."""
         for batch, width in CALIBRATION_SHAPES:
-            lanes = LaneCache(self.loaded.n_layers)
-            for _ in range(batch):
-                caches = [KVCache() for _ in range(self.loaded.n_layers)]
-                self.model(mx.zeros((1, 64), dtype=mx.int32), cache=caches)
-                lanes.add(caches)
-            tokens = mx.zeros((batch, width), dtype=mx.int32)
-            best = float("inf")
-            for _ in range(repeats + 1):
+            self.costs.observe(batch, width, self._time_pass([width] * batch, grouped=False, repeats=repeats))
+        if self.costs.grouped:
+            for batch, width, wide in GROUPED_CALIBRATION_SHAPES:
+                widths = [width] * wide + [1] * (batch - wide)
+                self.costs.observe(batch, width, self._time_pass(widths, grouped=True, repeats=repeats), wide)
+
+    def _time_pass(self, widths: list[int], grouped: bool, repeats: int) -> float:
+        """Best of ``repeats`` timings of one pass, streams at 64 tokens of context."""
+        lanes = LaneCache(self.loaded.n_layers)
+        for _ in widths:
+            caches = [KVCache() for _ in range(self.loaded.n_layers)]
+            self.model(mx.zeros((1, 64), dtype=mx.int32), cache=caches)
+            lanes.add(caches)
+        width = max(widths)
+        best = float("inf")
+        for _ in range(repeats + 1):
+            t0 = time.perf_counter()
+            if grouped:
+                groups = lanes.begin_grouped(widths)
+                logits = grouped_logits(self.model, lanes, groups, [[0] * w for w in widths], self.row_multiple)
+            else:
                 lanes.begin_round(width)
-                t0 = time.perf_counter()
-                mx.eval(mx.argmax(self.model(tokens, cache=lanes.views), axis=-1))
-                best = min(best, time.perf_counter() - t0)
-                lanes.end_round()
-            self.costs.observe(batch, width, best)
+                logits = self.model(mx.zeros((len(widths), width), dtype=mx.int32), cache=lanes.views)
+            mx.eval(mx.argmax(logits, axis=-1))
+            best = min(best, time.perf_counter() - t0)
+            lanes.end_round()
+        return best
 
     # -- internals -----------------------------------------------------------
     def _drop_cancelled(self) -> None:
@@ -240,11 +258,24 @@ class Scheduler:
         sampling = [i for i, s in enumerate(plan.streams) if s.request.temperature > 0]
 
         ahead = self._claim_ahead(plan, width)
-        self.lanes.begin_round(width)
+        wide = sum(1 for d in drafts if d)
+        grouped = ahead is None and self.costs.groups_pay(batch, width, wide)
+        if grouped:
+            self.rounds_grouped += 1
+            groups = self.lanes.begin_grouped([1 + len(d) for d in drafts])
+        else:
+            self.lanes.begin_round(width)
         t_fwd = time.perf_counter()
         try:
             if ahead is not None:
                 choices, picked = ahead, []
+            elif grouped:
+                rows = [[s.last_token, *d] for s, d in zip(plan.streams, drafts, strict=True)]
+                flat = grouped_logits(self.model, self.lanes, groups, rows, self.row_multiple)
+                starts = list(itertools.accumulate((len(r) for r in rows), initial=0))
+                pad = [[starts[i] + min(j, len(r) - 1) for j in range(width)] for i, r in enumerate(rows)]
+                choices = mx.argmax(flat, axis=-1)[mx.array(pad, dtype=mx.int32)]
+                picked = [flat[starts[i] : starts[i + 1]] for i in sampling]
             else:
                 logits = self.model(mx.array(inputs), cache=self.lanes.views)
                 choices = mx.argmax(logits, axis=-1)
@@ -306,7 +337,7 @@ class Scheduler:
         self.forward_s += forward_s
         self.host_s += host_s
         if ahead is None:  # a round that ran ahead waited for part of a pass, not a whole one
-            self.costs.observe(batch, width, forward_s)
+            self.costs.observe(batch, width, forward_s, wide if grouped else None)
         self.costs.observe_overhead(host_s)
 
     def _claim_ahead(self, plan: RoundPlan, width: int) -> mx.array | None:

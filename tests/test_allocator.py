@@ -137,7 +137,7 @@ def test_width_cap() -> None:
     assert allocate([Offer(0, 0.99, 32, probe=True)], 1, GPU.cost, 0.0, max_width=1).rows == (0,)
 
 
-def _step_cost(b: int, w: int) -> float:
+def _step_cost(b: int, w: int, k: int | None = None) -> float:
     return {1: 1.0, 2: 1.1}.get(w, 10.0)
 
 
@@ -183,7 +183,7 @@ def test_bad_input() -> None:
     with pytest.raises(ValueError):
         allocate([], 0, CPU.cost, 0.0)
     with pytest.raises(ValueError):
-        allocate([Offer(0, 0.9, 4)], 1, lambda b, w: 0.0, 0.0)
+        allocate([Offer(0, 0.9, 4)], 1, lambda b, w, k: 0.0, 0.0)
     # Out-of-range rates are clamped rather than trusted.
     assert allocate([Offer(0, float("nan"), 4)], 1, CPU.cost, 0.0).rows == (0,)
     assert allocate([Offer(0, 1.5, 4)], 1, GPU.cost, 0.0).expected_tokens == 5.0
@@ -206,7 +206,8 @@ def greedy_order(offers: list[Offer], max_width: int) -> list[tuple[int, float, 
     return [(s, -neg, j) for neg, s, j in sorted(rows)]
 
 
-CostFn = Callable[[int, int], float]
+CostFn = Callable[[int, int, int], float]
+CPU_GROUPED = CostModel({shape: ms / 1000 for shape, ms in CPU_MS.items()}, grouped=True)
 
 
 @st.composite
@@ -218,10 +219,10 @@ def rounds(draw: st.DrawFn) -> tuple[list[Offer], int, CostFn, float]:
     offers = [Offer(s, draw(rate), draw(st.integers(0, 32)), first_rate=draw(st.none() | rate)) for s in streams]
     ca, cb, cc = draw(st.floats(1e-4, 0.1)), draw(st.floats(0.0, 0.05)), draw(st.floats(0.0, 0.01))
 
-    def linear(b: int, w: int) -> float:
+    def linear(b: int, w: int, k: int | None = None) -> float:
         return ca + cb * b + cc * b * w
 
-    cost = draw(st.sampled_from([linear, CPU.cost, GPU.cost]))
+    cost = draw(st.sampled_from([linear, CPU.cost, GPU.cost, CPU_GROUPED.cost]))
     return offers, n, cost, draw(st.floats(0.0, 0.02))
 
 
@@ -237,13 +238,14 @@ def test_allocation_beats_zero_rows_and_every_greedy_prefix(
     assert a.expected_tokens == pytest.approx(
         n + sum(by_stream[s].value(j) for s, k in enumerate(a.rows) if k for j in range(1, k + 1))
     )
-    assert a.seconds == pytest.approx(cost(n, 1 + max(a.rows)) + overhead)
+    drafting = sum(1 for k in a.rows if k)
+    assert a.seconds == pytest.approx(cost(n, 1 + max(a.rows), drafting) + overhead)
     tp = throughput(a)
-    assert tp >= n / (cost(n, 1) + overhead) * (1 - 1e-9)
-    value, width = float(n), 1
+    assert tp >= n / (cost(n, 1, 0) + overhead) * (1 - 1e-9)
+    value, width, wide = float(n), 1, 0
     for _s, v, j in greedy_order(offers, 32):
-        value, width = value + v, max(width, j + 1)
-        assert tp >= value / (cost(n, width) + overhead) * (1 - 1e-9)
+        value, width, wide = value + v, max(width, j + 1), wide + (j == 1)
+        assert tp >= value / (cost(n, width, wide) + overhead) * (1 - 1e-9)
     for o in offers:
         assert a.rows[o.stream] <= o.max_rows
     assert all(a.rows[s] == 0 for s in range(n) if s not in by_stream)

@@ -47,6 +47,8 @@ def test_bench_runs_every_cell_and_reports_token_equality(tmp_path: Path) -> Non
     assert 0 <= data["cells"]["on"]["host_fraction"] < 1
     plain = data["cells"]["plain"]["rounds"][0]  # no drafts: nearly every round runs ahead
     assert 0 < plain["rounds_ahead"] < plain["engine_rounds"]
+    assert plain["rounds_grouped"] == 0  # grouping needs a stream that drafts
+    assert all(0 <= r["rounds_grouped"] <= r["engine_rounds"] for r in data["cells"]["off"]["rounds"])
 
 
 def test_bad_workload_names_file_and_line(tmp_path: Path) -> None:

@@ -189,3 +189,34 @@ def test_fit_is_monotone_in_batch_and_width(samples: dict) -> None:
             nxt = next((x for x in free_batches if x > b), None)
             if nxt is not None:
                 assert model.cost(b, w) <= model.cost(nxt, w)
+
+
+def test_grouped_cost_is_estimated_from_the_padded_table() -> None:
+    model = CostModel(CPU, grouped=True)
+    # Every stream's own row, plus what 8 rows add for one stream: 101 + 98 - 64 = 135 ms.
+    assert model.cost(4, 8, 1) == pytest.approx(0.135)
+    assert model.groups_pay(4, 8, 1)
+    assert model.cost(4, 8, 4) == model.cost(4, 8) == 0.218  # all streams draft: padded
+    assert model.cost(4, 1, 0) == 0.101
+    # Two of four streams, 16 rows: 101 + 189 - 72 = 218 ms < 339 padded.
+    assert model.cost(4, 16, 2) == pytest.approx(0.218)
+
+
+def test_grouped_rounds_only_when_enabled_and_cheaper() -> None:
+    assert not CostModel(CPU).groups_pay(4, 8, 1)  # the model has no grouped pass
+    assert CostModel(CPU).cost(4, 8, 1) == 0.218
+    model = CostModel(CPU, grouped=True)
+    assert not model.groups_pay(4, 1, 0) and not model.groups_pay(4, 8, 4) and not model.groups_pay(4, 8, None)
+
+
+def test_observed_grouped_shapes_are_kept_apart() -> None:
+    model = CostModel(CPU, grouped=True)
+    model.observe(4, 8, 0.120, wide=1)
+    model.observe(4, 8, 0.130, wide=1)  # EMA: 0.12 + 0.2 * 0.01
+    assert model.cost(4, 8, 1) == pytest.approx(0.122)
+    assert model.cost(4, 8) == 0.218  # the padded sample is untouched
+    assert model.grouped_snapshot() == {"4x8/1": pytest.approx(0.122)}
+    model.observe(4, 8, 0.500, wide=1)
+    model.observe(4, 8, 0.500, wide=1)
+    assert not model.groups_pay(4, 8, 1)  # once grouping is seen to cost more, rounds stay padded
+    assert model.cost(4, 8, 1) == 0.218

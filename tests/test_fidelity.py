@@ -10,6 +10,7 @@ import pytest
 import engine.scheduler as scheduler_mod
 from engine.allocator import Allocation
 from engine.copyindex import Window
+from engine.costmodel import CostModel
 from engine.events import Event, Finished, Request
 from engine.scheduler import Scheduler
 from engine.stream import Stream
@@ -57,9 +58,12 @@ def random_allocator(rng: random.Random):
     return allocate
 
 
+@pytest.mark.parametrize("grouped", [True, False], ids=["grouped", "padded"])
 @pytest.mark.parametrize("seed", [1, 2, 3])
-def test_greedy_equals_mlx_lm_under_adversarial_drafts(loaded, reference, chat_prompt, monkeypatch, seed) -> None:
+def test_greedy_equals_mlx_lm_under_adversarial_drafts(loaded, reference, chat_prompt, monkeypatch, seed, grouped) -> None:
+    """Grouped: every round where some streams draft and others do not runs as a grouped pass."""
     rng = random.Random(seed)
+    monkeypatch.setattr(CostModel, "groups_pay", lambda self, b, w, k: grouped and k is not None and 0 < k < b and w > 1)
     texts = [prompts.COPY, prompts.FRANCE, prompts.CODE, prompts.OPEN]
     rng.shuffle(texts)
     refs_by_id: dict[str, list[int]] = {}
@@ -84,6 +88,7 @@ def test_greedy_equals_mlx_lm_under_adversarial_drafts(loaded, reference, chat_p
             # The cache holds exactly the accepted tokens (all but the newest, fed next round).
             assert sched.lanes.lengths[row] == len(s.prompt) + len(s.output) - 1
 
+    assert (sched.rounds_grouped > 0) == grouped
     done = {e.request_id: e for e in events if isinstance(e, Finished)}
     assert len(done) == len(texts)
     for rid, ref in refs_by_id.items():

@@ -1,0 +1,63 @@
+"""The grouped forward pass (engine/forward.py) against the padded one, on the real model."""
+
+from __future__ import annotations
+
+import mlx.core as mx
+import pytest
+from mlx_lm.models.cache import KVCache
+
+from engine.forward import ROW_MULTIPLE, grouped_logits, supports_grouped
+from engine.lanecache import LaneCache
+
+pytestmark = pytest.mark.model
+
+
+def lanes_with(loaded, lengths: list[int]) -> LaneCache:
+    lanes = LaneCache(loaded.n_layers)
+    for b, n in enumerate(lengths):
+        caches = [KVCache() for _ in range(loaded.n_layers)]
+        loaded.model(mx.array([[(7 * b + 13 * i) % 5000 + 100 for i in range(n)]], dtype=mx.int32), cache=caches)
+        lanes.add(caches)
+    return lanes
+
+
+@pytest.mark.parametrize("widths", [[9, 1, 1, 1], [1, 5, 1, 3], [4, 4, 1, 1], [2, 1]])
+@pytest.mark.parametrize("row_multiple", [1, ROW_MULTIPLE])
+def test_grouped_pass_matches_the_padded_pass(loaded, widths: list[int], row_multiple: int) -> None:
+    assert supports_grouped(loaded.model)
+    lengths = [40 + 9 * b for b in range(len(widths))]  # streams of different lengths
+    rows = [[(31 * b + 5 * j) % 5000 + 50 for j in range(w)] for b, w in enumerate(widths)]
+    width = max(widths)
+
+    padded_lanes = lanes_with(loaded, lengths)
+    padded_lanes.begin_round(width)
+    inputs = mx.array([r + [r[-1]] * (width - len(r)) for r in rows], dtype=mx.int32)
+    padded = loaded.model(inputs, cache=padded_lanes.views)
+    padded_lanes.end_round()
+
+    lanes = lanes_with(loaded, lengths)
+    groups = lanes.begin_grouped(widths)
+    assert [len(g.rows) for g in groups] == [sum(w > 1 for w in widths), sum(w == 1 for w in widths)]
+    flat = grouped_logits(loaded.model, lanes, groups, rows, row_multiple)
+    lanes.end_round()
+
+    assert flat.shape == (sum(widths), padded.shape[-1])
+    at = 0
+    for b, w in enumerate(widths):
+        mine, theirs = flat[at : at + w], padded[b, :w]
+        at += w
+        assert mx.array_equal(mx.argmax(mine, axis=-1), mx.argmax(theirs, axis=-1)).item()
+        assert mx.abs(mine - theirs).max().item() < 1e-3  # float rounding of other matmul shapes
+        # The stream's new keys went to the same positions, with the same values.
+        for layer in (0, loaded.n_layers - 1):
+            new = slice(lengths[b], lengths[b] + w)
+            mk, pk = lanes.keys[layer][b, :, new], padded_lanes.keys[layer][b, :, new]
+            assert mx.abs(mk - pk).max().item() < 1e-3
+            old = slice(0, lengths[b])
+            assert mx.array_equal(lanes.keys[layer][b, :, old], padded_lanes.keys[layer][b, :, old]).item()
+
+
+def test_other_architectures_are_not_grouped() -> None:
+    import mlx.nn as nn
+
+    assert not supports_grouped(nn.Linear(2, 2))
