@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from engine.events import Event, Failed, Finished, Request, RoundStats
-from engine.rates import RESYNC, CopyRates
+from engine.rates import RESYNC, CopyRates, first_key
 
 SIDES: tuple[str, ...] = ("off", "on", "plain")  # plain: no drafts at all
 
@@ -93,8 +93,8 @@ def _number(value: Any) -> float:
 
 def rate_trajectory(start: Mapping[str, Mapping[str, float]] | None, prior: float,
                     rounds: Sequence[RoundStats]) -> list[dict[str, Any]]:
-    """Each window's copy rate after it was verified, replayed from the run's round statistics, keyed
-    by the history it was priced from (its source, or "resync"; see ``Window.rate_key``).
+    """The copy rates after each window was verified, replayed from the run's round statistics: its
+    first-row history's (``Window.rate_key``: "context.first", "resync", ...) and its source's.
 
     Each window is recorded as the engine did (``CopyRates.record_window``), so the rates are those the
     stream used next.
@@ -105,10 +105,12 @@ def rate_trajectory(start: Mapping[str, Mapping[str, float]] | None, prior: floa
     for rs in rounds:
         if rs.source is None or rs.draft_rows == 0:
             continue
-        key = rs.rate_key or rs.source
-        rates.record_window(rs.source, rs.draft_rows, min(rs.accepted, rs.draft_rows), resync=key == RESYNC)
-        # Rounds counted from the run's own start (the engine's counter runs across the session).
-        out.append({"round": rs.round - first + 1, "source": key, "rate": round(rates.rate(key), 4)})
+        resync = rs.rate_key == RESYNC
+        rates.record_window(rs.source, rs.draft_rows, min(rs.accepted, rs.draft_rows), resync=resync)
+        key = first_key(rs.source, resync)
+        n = rs.round - first + 1  # rounds counted from the run's own start (the engine's run across the session)
+        out.append({"round": n, "source": key, "rate": round(rates.rate(key), 4)})
+        out.append({"round": n, "source": rs.source, "rate": round(rates.rate(rs.source), 4)})
     return out
 
 

@@ -12,7 +12,7 @@ from engine.copyindex import ContextIndex, RecallIndex, Window
 from engine.edits import Applied, EditBook, edit_between
 from engine.events import Origin, Request, SourceCounts, StopReason
 from engine.families import Family
-from engine.rates import RESYNC, CopyRates
+from engine.rates import CopyRates
 
 # A copy broken by an edit (a renamed word, a fixed typo) resumes within a few tokens; this many
 # tokens after the break the reply has moved on, and a one-token match near the old spot is chance.
@@ -161,14 +161,13 @@ class Stream:
     def price(self, window: Window) -> tuple[float, float | None]:
         """(rate, first_rate) of ``window``'s rows for the allocator.
 
-        With own copy rates off every row is priced at the family's fixed rate. With them on, rows
-        are priced from this stream's history of the window's source; a resync window's first row
-        (does the copy resume here?) has its own chance, from the "resync" history.
+        With own copy rates off every row is priced at the family's fixed rate. With them on, the
+        first row is priced from this stream's history of first rows (of resyncs, for a resync
+        window) and the rows after it from the history of its source (engine.rates).
         """
         if not self.own_rates:
             return self.family.copy_rate, None
-        first = self.rates.rate(RESYNC) if window.resync else None
-        return self.rates.rate(window.source), first
+        return self.rates.rate(window.source), self.rates.first_rate(window.source, window.resync)
 
     # -- after verification -------------------------------------------------
     def record_window(self, window: Window, granted: int, accepted: int) -> None:

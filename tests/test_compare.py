@@ -71,12 +71,18 @@ def test_the_rate_trajectory_replays_copy_rates() -> None:
               RoundStats("r", 2, 1, 1, 0, 0, None, 0.0, 0.0),  # no window: no point
               RoundStats("r", 3, 1, 5, 4, 4, "context", 0.0, 0.0)]  # all 4 accepted
     points = rate_trajectory(None, 0.94, rounds)
+    # Each window: its first row to "context.first", the rows after it to "context".
     expected = CopyRates(prior=0.94)
-    expected.record("context", 3, 2)
-    first = expected.rate("context")
-    expected.record("context", 4, 4)
-    assert points == [{"round": 1, "source": "context", "rate": round(first, 4)},
-                      {"round": 3, "source": "context", "rate": round(expected.rate("context"), 4)}]
+    expected.record("context.first", 1, 1)
+    expected.record("context", 2, 1)
+    after_1 = [round(expected.rate("context.first"), 4), round(expected.rate("context"), 4)]
+    expected.record("context.first", 1, 1)
+    expected.record("context", 3, 3)
+    after_3 = [round(expected.rate("context.first"), 4), round(expected.rate("context"), 4)]
+    assert points == [{"round": 1, "source": "context.first", "rate": after_1[0]},
+                      {"round": 1, "source": "context", "rate": after_1[1]},
+                      {"round": 3, "source": "context.first", "rate": after_3[0]},
+                      {"round": 3, "source": "context", "rate": after_3[1]}]
 
 
 @pytest.mark.model

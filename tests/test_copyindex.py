@@ -348,7 +348,7 @@ def test_resync_windows_keep_their_own_copy_history() -> None:
     idx = ContextIndex(min_match=2)
     idx.extend([1, 2, 3, 4, 9, 1, 2])
     matched = idx.propose(5)
-    assert matched is not None and not matched.resync and matched.rate_key == "context"
+    assert matched is not None and not matched.resync and matched.rate_key == "context.first"
     synced = idx.resync(anchor=2, max_tokens=2)
     assert synced is not None and synced.resync and synced.source == "context"
     assert synced.rate_key == "resync"  # priced and recorded apart; its tokens still count as context

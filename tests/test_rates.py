@@ -200,3 +200,24 @@ def test_rate_stays_a_probability_and_counts_stay_consistent(
         assert 0.0 <= r <= 1.0 + 1e-12
     for counts in rates.snapshot().values():
         assert 0.0 <= counts["accepted"] <= counts["tested"] + 1e-9
+
+
+def test_a_windows_first_row_and_the_rows_after_it_are_counted_apart() -> None:
+    rates = CopyRates()
+    assert rates.record_window("context", granted=6, accepted=3) == 4  # rows 1-3 land, row 4 breaks
+    assert rates.snapshot() == {"context.first": {"accepted": 1.0, "tested": 1.0},
+                                "context": {"accepted": 2.0, "tested": 3.0}}
+    assert rates.record_window("context", granted=5, accepted=0) == 1  # broke at once: first rows only
+    assert rates.snapshot()["context.first"] == {"accepted": 0.9, "tested": 1.9}
+    assert rates.snapshot()["context"] == {"accepted": 2.0, "tested": 3.0}
+    assert rates.record_window("context", granted=1, accepted=1) == 1  # one row: nothing after it
+    assert rates.snapshot()["context"] == {"accepted": 2.0, "tested": 3.0}
+    # Row 1 from the first-row history, (0.81 + 1 + 3.76) / (1.71 + 1 + 4); rows after it from "context".
+    assert rates.first_rate("context") == pytest.approx(5.57 / 6.71)
+    assert rates.rate("context") == pytest.approx(5.76 / 7)
+
+
+def test_first_rate_is_the_sources_until_it_has_a_history() -> None:
+    rates = CopyRates.from_snapshot({"context": {"accepted": 0.0, "tested": 30.0}})  # stored before first rows
+    assert rates.first_rate("context") == rates.rate("context") < 0.2
+    assert rates.first_rate("context", resync=True) == 0.94  # resyncs always had their own history
