@@ -2,11 +2,11 @@
 
 All active streams advance together in one forward pass of ``n_streams`` x W rows, where W = 1 +
 the most draft rows granted to any one stream (padded, or grouped so that streams without drafts
-attend one row: ``engine.forward``; the cost model says which is cheaper). Every stream always has its own row (its next
-token, worth exactly 1 token). A stream offering a copy window of ``max_rows`` tokens at copy rate r
-can be granted draft rows 1..k of it; row j is worth r**j expected tokens (it lands only if rows
-1..j-1 did). A window whose first row has its own chance r1 (a resync window: see
-``engine.stream``) has rows worth r1 * r**(j - 1).
+attend one row: ``engine.forward``; the cost model says which is cheaper). Every stream always has
+its own row (its next token, worth exactly 1 token). A stream offering a copy window of
+``max_rows`` tokens at copy rate r can be granted draft rows 1..k of it; row j is worth r**j
+expected tokens (it lands only if rows 1..j-1 did). A window whose first row has its own chance r1
+(own copy rates price first rows apart: ``engine.rates``) has rows worth r1 * r**(j - 1).
 
 Algorithm
 ---------
@@ -21,8 +21,8 @@ Algorithm
 4. Probe offers whose stream got no row get exactly one row added afterwards, outside the pricing.
 
 Rows worth less than ``MIN_ROW_VALUE`` are never candidates, and a window whose first row is less
-likely to land than not (row 1 worth less than ``MIN_FIRST_ROW``) gets no rows at all. Inside a pass that another
-stream has already widened, such rows cost no extra compute, so pure throughput would take them;
+likely to land than not (row 1 worth less than ``MIN_FIRST_ROW``) gets no rows at all. Inside a
+pass that another stream has already widened, such rows cost no extra compute, so pure throughput would take them;
 but they would mostly be wasted rows (compute, and on a laptop battery, spent for nothing), and a
 stream whose copies keep breaking must stop paying verify rows for them (the seed's check),
 whoever else is in the round. A window that does start keeps rows down to ``MIN_ROW_VALUE``: a

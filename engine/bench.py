@@ -225,6 +225,7 @@ def _summarise(
             "host_fraction": host / total if total > 0 else None,
         }
     out["costs_ms"] = {k: v * 1000 for k, v in costs.snapshot().items()}
+    out["grouped_costs_ms"] = {k: v * 1000 for k, v in costs.grouped_snapshot().items()}
     return out
 
 

@@ -108,7 +108,7 @@ def rate_trajectory(start: Mapping[str, Mapping[str, float]] | None, prior: floa
         resync = rs.rate_key == RESYNC
         rates.record_window(rs.source, rs.draft_rows, min(rs.accepted, rs.draft_rows), resync=resync)
         key = first_key(rs.source, resync)
-        n = rs.round - first + 1  # rounds counted from the run's own start (the engine's run across the session)
+        n = rs.round - first + 1  # from the run's own start: the engine counts rounds across the session
         out.append({"round": n, "source": key, "rate": round(rates.rate(key), 4)})
         out.append({"round": n, "source": rs.source, "rate": round(rates.rate(rs.source), 4)})
     return out

@@ -213,11 +213,9 @@ class CostModel:
 
     def cost(self, batch: int, width: int, wide: int | None = None) -> float:
         """Predicted seconds for a B x W pass where ``wide`` streams draft (None: all of them)."""
-        padded = self._padded(batch, width)
-        if self.groups_pay(batch, width, wide):
-            assert wide is not None
+        if wide is not None and self.groups_pay(batch, width, wide):
             return self._grouped_cost(batch, width, wide)
-        return padded
+        return self._padded(batch, width)
 
     def groups_pay(self, batch: int, width: int, wide: int | None) -> bool:
         """Whether a grouped pass is expected to beat the padded one for this round."""

@@ -103,30 +103,25 @@ class LaneCache:
     # -- round protocol ------------------------------------------------------
     def begin_round(self, width: int) -> None:
         """Prepare for a forward pass of ``width`` query rows per stream."""
-        need = max(self.lengths) + width
-        if need > self.capacity:
-            self._grow(need)
-        self._width = width
-        self._offsets = mx.array(self.lengths, dtype=mx.int32)
-        key_len = max(self.lengths) + width
-        lengths = mx.array(self.lengths, dtype=mx.int32)[:, None, None, None]
-        query = mx.arange(width, dtype=mx.int32)[None, None, :, None]
-        keypos = mx.arange(key_len, dtype=mx.int32)[None, None, None, :]
-        self._mask = keypos <= lengths + query  # [batch, 1, width, key_len]
+        self._reserve(width)
+        everyone = self._group(tuple(range(self.batch)), width)
+        self._offsets, self._mask = everyone.offsets, everyone.mask  # mask: [batch, 1, width, keys]
 
     def begin_grouped(self, widths: Sequence[int]) -> list[Group]:
         """Prepare a round where row i has ``widths[i]`` query rows (see the module docstring)."""
         assert len(widths) == self.batch
-        width = max(widths)
-        need = max(self.lengths) + width
-        if need > self.capacity:
-            self._grow(need)
-        self._width = width
+        self._reserve(max(widths))
         groups = []
         for rows in ([r for r, w in enumerate(widths) if w > 1], [r for r, w in enumerate(widths) if w == 1]):
             if rows:
                 groups.append(self._group(tuple(rows), max(widths[r] for r in rows)))
         return groups
+
+    def _reserve(self, width: int) -> None:
+        need = max(self.lengths) + width
+        if need > self.capacity:
+            self._grow(need)
+        self._width = width
 
     def _group(self, rows: tuple[int, ...], width: int) -> Group:
         lengths = [self.lengths[r] for r in rows]
@@ -141,13 +136,7 @@ class LaneCache:
     def write_group(self, layer: int, group: Group, keys: mx.array, values: mx.array) -> tuple[mx.array, mx.array]:
         """Write a group's new keys and values ([len(rows), kv_heads, width, head_dim]); return the
         keys and values its rows attend."""
-        kbuf, vbuf = self.keys[layer], self.values[layer]
-        assert kbuf is not None and vbuf is not None
-        w = group.width
-        for i, row in enumerate(group.rows):
-            at = self.lengths[row]
-            kbuf[row : row + 1, :, at : at + w, :] = keys[i : i + 1]
-            vbuf[row : row + 1, :, at : at + w, :] = values[i : i + 1]
+        kbuf, vbuf = self._put(layer, group.rows, keys, values)
         end = group.end
         if group.index is not None:
             return kbuf[group.index, :, :end, :], vbuf[group.index, :, :end, :]
@@ -155,6 +144,23 @@ class LaneCache:
             r = group.rows[0]
             return kbuf[r : r + 1, :, :end, :], vbuf[r : r + 1, :, :end, :]
         return kbuf[:, :, :end, :], vbuf[:, :, :end, :]
+
+    def _put(self, layer: int, rows: Sequence[int], keys: mx.array, values: mx.array) -> tuple[mx.array, mx.array]:
+        """Write ``keys[i]`` / ``values[i]`` at row ``rows[i]``'s length; return the layer's buffers."""
+        kbuf, vbuf = self.keys[layer], self.values[layer]
+        assert kbuf is not None and vbuf is not None
+        width = keys.shape[2]
+        at = {self.lengths[r] for r in rows}
+        if len(rows) == self.batch and len(at) == 1:  # one block write when every row is as long
+            (start,) = at
+            kbuf[:, :, start : start + width, :] = keys
+            vbuf[:, :, start : start + width, :] = values
+        else:
+            for i, row in enumerate(rows):
+                start = self.lengths[row]
+                kbuf[row : row + 1, :, start : start + width, :] = keys[i : i + 1]
+                vbuf[row : row + 1, :, start : start + width, :] = values[i : i + 1]
+        return kbuf, vbuf
 
     @property
     def offsets(self) -> mx.array:
@@ -166,18 +172,8 @@ class LaneCache:
         return self._mask
 
     def write(self, layer: int, keys: mx.array, values: mx.array) -> tuple[mx.array, mx.array]:
-        kbuf, vbuf = self.keys[layer], self.values[layer]
-        assert kbuf is not None and vbuf is not None
-        width = keys.shape[2]
-        if len(set(self.lengths)) == 1:
-            at = self.lengths[0]
-            kbuf[:, :, at : at + width, :] = keys
-            vbuf[:, :, at : at + width, :] = values
-        else:
-            for row, at in enumerate(self.lengths):
-                kbuf[row : row + 1, :, at : at + width, :] = keys[row : row + 1]
-                vbuf[row : row + 1, :, at : at + width, :] = values[row : row + 1]
-        end = max(self.lengths) + width
+        kbuf, vbuf = self._put(layer, range(self.batch), keys, values)
+        end = max(self.lengths) + keys.shape[2]
         return kbuf[:, :, :end, :], vbuf[:, :, :end, :]
 
     def advance(self, row: int, kept: int) -> None:

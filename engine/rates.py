@@ -75,13 +75,12 @@ PRIOR_ROWS = 4.0
 # 3.76 / (4 + 10) = 0.27; probes (below) re-test it.
 DEFAULT_DECAY = 0.9
 RESYNC = "resync"  # history of resync windows' first rows (see record_window)
+MAX_PROBE_INTERVAL = 64  # rounds; the longest a priced-out source waits between probes
 
 
 def first_key(source: str, resync: bool = False) -> str:
     """The history of first rows of ``source``'s windows (``"resync"`` for resync windows)."""
     return RESYNC if resync else f"{source}.first"
-
-MAX_PROBE_INTERVAL = 64  # rounds; the longest a priced-out source waits between probes
 
 
 @dataclass

@@ -246,15 +246,8 @@ class Scheduler:
         plan = self._plan()
         width = 1 + max(plan.rows)
         batch = len(plan.streams)
-        inputs = np.empty((batch, width), dtype=np.int32)
-        drafts: list[list[int]] = []
-        for i, s in enumerate(plan.streams):
-            w = plan.windows[i]
-            d = list(w.tokens[: plan.rows[i]]) if w is not None else []
-            drafts.append(d)
-            row = [s.last_token, *d]
-            inputs[i, : len(row)] = row
-            inputs[i, len(row) :] = s.last_token  # padding: masked out by position, never kept
+        drafts = [list(w.tokens[:k]) if w is not None else [] for w, k in zip(plan.windows, plan.rows, strict=True)]
+        rows = [[s.last_token, *d] for s, d in zip(plan.streams, drafts, strict=True)]
         sampling = [i for i, s in enumerate(plan.streams) if s.request.temperature > 0]
 
         ahead = self._claim_ahead(plan, width)
@@ -262,7 +255,7 @@ class Scheduler:
         grouped = ahead is None and self.costs.groups_pay(batch, width, wide)
         if grouped:
             self.rounds_grouped += 1
-            groups = self.lanes.begin_grouped([1 + len(d) for d in drafts])
+            groups = self.lanes.begin_grouped([len(r) for r in rows])
         else:
             self.lanes.begin_round(width)
         t_fwd = time.perf_counter()
@@ -270,14 +263,15 @@ class Scheduler:
             if ahead is not None:
                 choices, picked = ahead, []
             elif grouped:
-                rows = [[s.last_token, *d] for s, d in zip(plan.streams, drafts, strict=True)]
                 flat = grouped_logits(self.model, self.lanes, groups, rows, self.row_multiple)
                 starts = list(itertools.accumulate((len(r) for r in rows), initial=0))
                 pad = [[starts[i] + min(j, len(r) - 1) for j in range(width)] for i, r in enumerate(rows)]
                 choices = mx.argmax(flat, axis=-1)[mx.array(pad, dtype=mx.int32)]
                 picked = [flat[starts[i] : starts[i + 1]] for i in sampling]
             else:
-                logits = self.model(mx.array(inputs), cache=self.lanes.views)
+                # Padding repeats a stream's last row: masked out by position, never kept.
+                inputs = [r + [r[-1]] * (width - len(r)) for r in rows]
+                logits = self.model(mx.array(inputs, dtype=mx.int32), cache=self.lanes.views)
                 choices = mx.argmax(logits, axis=-1)
                 picked = [logits[i, : len(drafts[i]) + 1] for i in sampling]
             advanced = self._run_ahead(plan, width, sampling, choices)

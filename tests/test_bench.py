@@ -48,6 +48,7 @@ def test_bench_runs_every_cell_and_reports_token_equality(tmp_path: Path) -> Non
     plain = data["cells"]["plain"]["rounds"][0]  # no drafts: nearly every round runs ahead
     assert 0 < plain["rounds_ahead"] < plain["engine_rounds"]
     assert plain["rounds_grouped"] == 0  # grouping needs a stream that drafts
+    assert set(data["grouped_costs_ms"]) == {"4x8/1", "4x16/1"}  # calibrated, as the padded shapes are
     assert all(0 <= r["rounds_grouped"] <= r["engine_rounds"] for r in data["cells"]["off"]["rounds"])
 
 
