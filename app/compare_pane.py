@@ -49,6 +49,7 @@ from app.controller import REPAINT_MS, ChatController
 from app.rate_chart import RateChart
 from engine.compare import CompareSpec, Run, first_difference, rate_trajectory, summarise
 from engine.events import Event, Failed, Finished, RoundStats, Tokens
+from engine.rates import DOUBT_PRIOR
 from engine.spans import origin_spans
 from engine.store.comparisons import runs_of
 from engine.store.records import Comparison
@@ -312,8 +313,9 @@ class ComparePane(QWidget):
             col.showing.setText(f"repeat {live.repeat + 1} of {repeats} · {live.state}")
             if side == "on" and self._chart_dirty and self.spec is not None:
                 self._chart_dirty = False  # redrawn when a round came in, not at every repaint
-                prior = self.controller.info.copy_rate if self.controller.info is not None else 0.94
-                self.chart.set_points(rate_trajectory(self.spec.copy_history, prior, live.rounds),
+                info = self.controller.info
+                priors = (info.copy_rate, info.doubt_prior) if info is not None else (0.94, DOUBT_PRIOR)
+                self.chart.set_points(rate_trajectory(self.spec.copy_history, priors[0], live.rounds, priors[1]),
                                       f"Copy rate per round (own copy rates on, repeat {live.repeat + 1}, live)")
             if live.state == "streaming":
                 col.speed.setText(f"{live.tokens / max(time.monotonic() - live.started, 1e-3):.1f} tok/s (live)")

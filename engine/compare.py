@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from engine.events import Event, Failed, Finished, Request, RoundStats
-from engine.rates import RESYNC, CopyRates, first_key
+from engine.rates import DOUBT_PRIOR, CopyRates, first_key
 
 SIDES: tuple[str, ...] = ("off", "on", "plain")  # plain: no drafts at all
 
@@ -92,22 +92,22 @@ def _number(value: Any) -> float:
 
 
 def rate_trajectory(start: Mapping[str, Mapping[str, float]] | None, prior: float,
-                    rounds: Sequence[RoundStats]) -> list[dict[str, Any]]:
+                    rounds: Sequence[RoundStats], doubt_prior: float = DOUBT_PRIOR) -> list[dict[str, Any]]:
     """The copy rates after each window was verified, replayed from the run's round statistics: its
-    first-row history's (``Window.rate_key``: "context.first", "resync", ...) and its source's.
+    first-row history's (``Window.rate_key``: "context.first", "context.short", "resync", ...) and its
+    source's.
 
     Each window is recorded as the engine did (``CopyRates.record_window``), so the rates are those the
     stream used next.
     """
-    rates = CopyRates.from_snapshot(start, prior=prior)
+    rates = CopyRates.from_snapshot(start, prior=prior, doubt_prior=doubt_prior)
     out = []
     first = rounds[0].round if rounds else 0
     for rs in rounds:
         if rs.source is None or rs.draft_rows == 0:
             continue
-        resync = rs.rate_key == RESYNC
-        rates.record_window(rs.source, rs.draft_rows, min(rs.accepted, rs.draft_rows), resync=resync)
-        key = first_key(rs.source, resync)
+        key = rs.rate_key or first_key(rs.source)
+        rates.record_window(rs.source, rs.draft_rows, min(rs.accepted, rs.draft_rows), key)
         n = rs.round - first + 1  # from the run's own start: the engine counts rounds across the session
         out.append({"round": n, "source": key, "rate": round(rates.rate(key), 4)})
         out.append({"round": n, "source": rs.source, "rate": round(rates.rate(rs.source), 4)})
@@ -116,7 +116,7 @@ def rate_trajectory(start: Mapping[str, Mapping[str, float]] | None, prior: floa
 
 def run_one(submit: Callable[[Request], Any], spec: CompareSpec, side: str, repeat: int, position: int,
             prior: float, on_event: Callable[[Run, Event], None] | None = None,
-            cancelled: Callable[[], bool] = lambda: False) -> Run:
+            cancelled: Callable[[], bool] = lambda: False, doubt_prior: float = DOUBT_PRIOR) -> Run:
     """Run one side to its end through ``submit`` (``Engine.submit``), blocking this thread."""
     run = Run(side, repeat, position)
     handle = submit(spec.request(side))
@@ -137,21 +137,21 @@ def run_one(submit: Callable[[Request], Any], spec: CompareSpec, side: str, repe
         if on_event is not None:
             on_event(run, ev)
     if side == "on":
-        run.rates = rate_trajectory(spec.copy_history, prior, rounds)
+        run.rates = rate_trajectory(spec.copy_history, prior, rounds, doubt_prior)
     return run
 
 
 def run_comparison(submit: Callable[[Request], Any], spec: CompareSpec, prior: float,
                    on_event: Callable[[Run, Event], None] | None = None,
                    on_run: Callable[[Run], None] | None = None,
-                   cancelled: Callable[[], bool] = lambda: False) -> list[Run]:
+                   cancelled: Callable[[], bool] = lambda: False, doubt_prior: float = DOUBT_PRIOR) -> list[Run]:
     """Every repeat of every side, one run at a time, order alternated; stops early when cancelled."""
     runs: list[Run] = []
     for r in range(spec.repeats):
         for position, side in enumerate(spec.order(r)):
             if cancelled():
                 return runs
-            run = run_one(submit, spec, side, r, position, prior, on_event, cancelled)
+            run = run_one(submit, spec, side, r, position, prior, on_event, cancelled, doubt_prior)
             runs.append(run)
             if on_run is not None:
                 on_run(run)

@@ -42,7 +42,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from engine.edits import Applied
-from engine.rates import first_key
+from engine.rates import SHORT_MATCH, first_key
 
 MAX_CANDIDATES = 16  # usable candidates extended per propose; keeps it well under 1 ms
 MAX_CHAIN_STEPS = 256  # chain links walked per recall propose, skipped ones included
@@ -65,13 +65,17 @@ class Window:
 
     @property
     def rate_key(self) -> str:
-        """The copy history that decides whether this window starts: its first rows' (``first_key``).
+        """The copy history that decides whether this window starts: its first rows' (``first_key``):
+        a resync's or a short match's (at most ``SHORT_MATCH`` tokens), unless it carries learned
+        edits, else its source's (engine.rates, "Doubtful first rows").
 
         A resync window's first row (does the copy resume after an edit?) lands often in edited
         copies and seldom in free-form text (3 times in 4 it failed there, in an ad hoc count on the
         mixed and no-copy workloads), so resyncs have a first-row history of their own.
         """
-        return first_key(self.source, self.resync)
+        if self.applied:  # a copy carrying learned edits: the reply has been seen making them
+            return first_key(self.source)
+        return first_key(self.source, self.resync, short=self.match_len <= SHORT_MATCH)
 
     def source_at(self, i: int) -> int:
         """Where the source text behind draft token ``i`` starts (``i == len(tokens)``: after the last)."""

@@ -42,6 +42,7 @@ class ModelInfo:
     warnings: tuple[str, ...]
     own_copy_rates: bool
     copy_rate: float
+    doubt_prior: float  # prior of doubtful first rows (engine.rates)
 
 
 class Handle:
@@ -225,7 +226,7 @@ class Engine:
             fam = loaded.family
             self.loaded.set_result(
                 ModelInfo(loaded.name, fam.name, loaded.device, loaded.context_length, loaded.warnings,
-                          fam.own_copy_rates, fam.copy_rate)
+                          fam.own_copy_rates, fam.copy_rate, fam.doubt_prior)
             )
         except BaseException as exc:
             self.loaded.set_exception(exc)

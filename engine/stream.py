@@ -54,7 +54,8 @@ class Stream:
     @classmethod
     def start(cls, request: Request, prompt: list[int], family: Family, tokenizer: TokenizerWrapper) -> Stream:
         own = family.own_copy_rates if request.own_copy_rates is None else request.own_copy_rates
-        rates = CopyRates.from_snapshot(request.copy_history, prior=family.copy_rate)
+        rates = CopyRates.from_snapshot(request.copy_history, prior=family.copy_rate,
+                                       doubt_prior=family.doubt_prior)
         context = ContextIndex(min_match=family.min_match["context"])
         context.extend(prompt)
         rng = np.random.default_rng(request.seed) if request.temperature > 0 else None
@@ -167,7 +168,8 @@ class Stream:
         """
         if not self.own_rates:
             return self.family.copy_rate, None
-        return self.rates.rate(window.source), self.rates.first_rate(window.source, window.resync)
+        key = window.rate_key
+        return self.rates.rest_rate(window.source, key), self.rates.first_rate(window.source, key)
 
     # -- after verification -------------------------------------------------
     def record_window(self, window: Window, granted: int, accepted: int) -> None:
@@ -181,7 +183,7 @@ class Stream:
                 self.edits.learn(*learned)
             self.edits.score([a for a in window.applied if learned is None or a.old != learned[0]],
                              granted, accepted)
-        tested = self.rates.record_window(source, granted, accepted, resync=window.resync)
+        tested = self.rates.record_window(source, granted, accepted, window.rate_key)
         counts = self.rows[source]
         counts.tested += tested
         counts.granted += granted

@@ -22,7 +22,7 @@ from engine.engine import ModelInfo
 from engine.errors import ModelLoadError
 from engine.events import Event, Failed, Finished, ReplyStats, Request, RoundStats, SourceCounts, Tokens
 
-INFO = ModelInfo("Fake-Echo", "fake", "cpu", 4096, (), True, 0.94)
+INFO = ModelInfo("Fake-Echo", "fake", "cpu", 4096, (), True, 0.94, 0.6)
 
 
 class FakeTokenizer:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from itertools import pairwise
 
 import pytest
@@ -9,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from engine.copyindex import MAX_CANDIDATES, ContextIndex, RecallIndex, Window
+from engine.edits import Applied
 
 
 def _ctx(tokens: list[int], min_match: int, max_match: int = 32) -> ContextIndex:
@@ -348,7 +350,7 @@ def test_resync_windows_keep_their_own_copy_history() -> None:
     idx = ContextIndex(min_match=2)
     idx.extend([1, 2, 3, 4, 9, 1, 2])
     matched = idx.propose(5)
-    assert matched is not None and not matched.resync and matched.rate_key == "context.first"
+    assert matched is not None and not matched.resync and matched.rate_key == "context.short"  # 2 tokens
     synced = idx.resync(anchor=2, max_tokens=2)
     assert synced is not None and synced.resync and synced.source == "context"
     assert synced.rate_key == "resync"  # priced and recorded apart; its tokens still count as context
@@ -415,3 +417,17 @@ def test_recall_may_propose_after_on_literal_tokens() -> None:
     idx.add("a", [5, 6, 7, 8])
     assert idx.may_propose_after([1, 5, 6])  # "5 6" begins "5 6 7"
     assert not idx.may_propose_after([1, 6, 8])
+
+
+def test_long_matches_short_matches_and_edited_copies_have_their_own_first_row_histories() -> None:
+    text = list(range(100, 120))
+    idx = ContextIndex(min_match=4)
+    idx.extend([*text, 7, *text[:9]])
+    long = idx.propose(5)
+    assert long is not None and long.match_len == 9 and long.rate_key == "context.first"
+    idx = ContextIndex(min_match=4)
+    idx.extend([*text, 7, *text[:8]])
+    short = idx.propose(5)
+    assert short is not None and short.match_len == 8 and short.rate_key == "context.short"
+    edited = replace(short, applied=(Applied(0, (1,), 1),))
+    assert edited.rate_key == "context.first"  # it replays edits the reply was seen making

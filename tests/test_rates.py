@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine.rates import DEFAULT_DECAY, PRIOR_ROWS, CopyRates, SourceHistory
+from engine.rates import DEFAULT_DECAY, PRIOR_ROWS, CopyRates, SourceHistory, doubtful, first_key
 
 
 def test_fresh_rate_is_prior() -> None:
@@ -104,17 +104,17 @@ def test_barren_windows_double_the_probe_interval_up_to_a_cap() -> None:
     rates = CopyRates(probe_every=8)
     waits = []
     for _ in range(5):
-        rates.record("resync", tested=1, accepted=0)
-        waits.append(rates.probe_interval("resync"))
+        rates.record("recall", tested=1, accepted=0)
+        waits.append(rates.probe_interval("recall"))
     assert waits == [16, 32, 64, 64, 64]
     for _ in range(63):
         rates.tick()
-    assert not rates.probe_due("resync")
+    assert not rates.probe_due("recall")
     rates.tick()
-    assert rates.probe_due("resync")
+    assert rates.probe_due("recall")
     assert rates.probe_interval("context") == 8  # other sources keep their own interval
-    rates.record("resync", tested=3, accepted=2)  # anything landing resets it
-    assert rates.probe_interval("resync") == 8
+    rates.record("recall", tested=3, accepted=2)  # anything landing resets it
+    assert rates.probe_interval("recall") == 8
 
 
 def test_probe_due_stays_until_a_window_is_recorded() -> None:
@@ -220,4 +220,31 @@ def test_a_windows_first_row_and_the_rows_after_it_are_counted_apart() -> None:
 def test_first_rate_is_the_sources_until_it_has_a_history() -> None:
     rates = CopyRates.from_snapshot({"context": {"accepted": 0.0, "tested": 30.0}})  # stored before first rows
     assert rates.first_rate("context") == rates.rate("context") < 0.2
-    assert rates.first_rate("context", resync=True) == 0.94  # resyncs always had their own history
+    assert rates.first_rate("context", "resync") == 0.6  # doubtful histories start from the doubt prior
+
+
+def test_doubtful_windows_keep_their_own_histories_from_the_doubt_prior() -> None:
+    rates = CopyRates(prior=0.94, doubt_prior=0.6)
+    assert rates.first_rate("context", "context.short") == 0.6
+    assert rates.rest_rate("context", "context.short") == 0.94  # the source's rate until it has its own
+    # A short window: first row lands, row 2 lands, row 3 breaks.
+    assert rates.record_window("context", granted=5, accepted=2, first="context.short") == 3
+    assert rates.snapshot() == {"context.short": {"accepted": 1.0, "tested": 1.0},
+                                "context.short.rest": {"accepted": 1.0, "tested": 2.0}}
+    assert rates.first_rate("context", "context.short") == pytest.approx((1 + 2.4) / 5)
+    assert rates.rest_rate("context", "context.short") == pytest.approx((1 + 3.76) / 6)
+    assert rates.rate("context") == 0.94  # long windows' continuations are untouched
+    # One broken first row: (0.9 * 1 + 0 + 2.4) / (0.9 * 1 + 1 + 4) = 0.5593.
+    rates.record_window("context", granted=3, accepted=0, first="context.short")
+    assert rates.first_rate("context", "context.short") == pytest.approx(3.3 / 5.9)
+    with pytest.raises(ValueError, match="doubt_prior"):
+        CopyRates(doubt_prior=1.2)
+
+
+def test_first_keys_name_how_the_window_was_found() -> None:
+    assert first_key("context") == "context.first"
+    assert first_key("context", short=True) == "context.short"
+    assert first_key("recall", short=True) == "recall.short"
+    assert first_key("context", resync=True, short=True) == "resync"
+    assert [doubtful(k) for k in ("context.first", "context.short", "resync", "context")] == [
+        False, True, True, False]

@@ -16,7 +16,8 @@ pytestmark = pytest.mark.model
 CPU_MS = {(1, 1): 64, (1, 4): 80, (1, 8): 98, (1, 16): 114, (2, 1): 72, (2, 4): 108, (2, 8): 139,
           (2, 16): 189, (4, 1): 101, (4, 4): 145, (4, 8): 218, (4, 16): 339}
 BROKEN = {key: {"accepted": 0.0, "tested": 30.0}
-          for key in ("context", "context.first", "resync", "recall", "recall.first")}
+          for key in ("context", "context.first", "context.short", "resync", "recall", "recall.first",
+                      "recall.short")}
 
 
 def rows_per_round(loaded, chat_prompt, own: bool) -> tuple[list[int], Finished]:
@@ -58,10 +59,11 @@ def test_resync_windows_are_priced_from_their_own_history(loaded, chat_prompt) -
         sched.step()
     verified = [e for e in events if isinstance(e, RoundStats) and e.draft_rows > 0]
     keys = {e.rate_key for e in verified}
-    assert keys == {"context.first", "resync"}, keys
+    assert "resync" in keys and keys <= {"context.first", "context.short", "resync"}, keys
     assert all(e.source == "context" for e in verified)
     done = next(e for e in events if isinstance(e, Finished))
-    assert set(done.copy_history) == {"context", "context.first", "resync"}
+    assert {"context", "context.first", "resync"} <= set(done.copy_history) <= {
+        "context", "context.first", "context.short", "context.short.rest", "resync", "resync.rest"}
     resync_rows = sum(e.draft_rows for e in verified if e.rate_key == "resync")
     assert done.stats.rows["context"].granted == sum(e.draft_rows for e in verified)
     assert resync_rows > 0

@@ -33,7 +33,7 @@ def compare_command(args: argparse.Namespace) -> int:
             def done(run: Run) -> None:
                 print(f"repeat {run.repeat + 1} {run.side}: {run.tok_s:.1f} tok/s, {run.status}", file=sys.stderr)
 
-            runs = run_comparison(engine.submit, spec, info.copy_rate, on_run=done)
+            runs = run_comparison(engine.submit, spec, info.copy_rate, on_run=done, doubt_prior=info.doubt_prior)
         status = "complete" if all(r.status == "complete" for r in runs) else "error"
         saved = comparisons.save(store, spec, runs, info.name, args.conversation, status)
     table = ab_table(runs, spec.sides, spec.repeats)

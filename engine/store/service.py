@@ -275,7 +275,8 @@ class ChatService:
                 info = self._wait_for_model(task._cancel)
                 runs = run_comparison(self.engine.submit, spec, info.copy_rate,
                                       on_event=lambda run, ev: on_event(RunEvent(run, ev)),
-                                      on_run=lambda run: on_event(RunDone(run)), cancelled=task._cancel.is_set)
+                                      on_run=lambda run: on_event(RunDone(run)), cancelled=task._cancel.is_set,
+                                      doubt_prior=info.doubt_prior)
                 if task._cancel.is_set():
                     status = "cancelled"
                 elif all(r.status == "complete" for r in runs):
