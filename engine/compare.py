@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from engine.events import Event, Failed, Finished, Request, RoundStats
-from engine.rates import DOUBT_PRIOR, CopyRates, first_key
+from engine.rates import DOUBT_PRIOR, CopyRates, first_key, rest_key
 
 SIDES: tuple[str, ...] = ("off", "on", "plain")  # plain: no drafts at all
 
@@ -110,7 +110,8 @@ def rate_trajectory(start: Mapping[str, Mapping[str, float]] | None, prior: floa
         rates.record_window(rs.source, rs.draft_rows, min(rs.accepted, rs.draft_rows), key)
         n = rs.round - first + 1  # from the run's own start: the engine counts rounds across the session
         out.append({"round": n, "source": key, "rate": round(rates.rate(key), 4)})
-        out.append({"round": n, "source": rs.source, "rate": round(rates.rate(rs.source), 4)})
+        rest = round(rates.rest_rate(rs.source, key), 4)
+        out.append({"round": n, "source": rest_key(rs.source, key), "rate": rest})
     return out
 
 

@@ -84,7 +84,7 @@ class RoundStats:
     source: str | None  # source of the window verified, if any
     forward_s: float
     host_s: float
-    rate_key: str | None = None  # history its first row was priced from: "context.first", "recall.first" or "resync"
+    rate_key: str | None = None  # history its first row was priced from: "context.first", "context.short", "resync"...
 
 
 @dataclass(frozen=True)

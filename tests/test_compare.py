@@ -69,8 +69,9 @@ def test_the_first_differing_token_is_found() -> None:
 def test_the_rate_trajectory_replays_copy_rates() -> None:
     rounds = [RoundStats("r", 1, 1, 4, 3, 2, "context", 0.0, 0.0),  # 3 granted, 2 accepted: 3 tested
               RoundStats("r", 2, 1, 1, 0, 0, None, 0.0, 0.0),  # no window: no point
-              RoundStats("r", 3, 1, 5, 4, 4, "context", 0.0, 0.0)]  # all 4 accepted
-    points = rate_trajectory(None, 0.94, rounds)
+              RoundStats("r", 3, 1, 5, 4, 4, "context", 0.0, 0.0),  # all 4 accepted
+              RoundStats("r", 4, 1, 4, 3, 1, "context", 0.0, 0.0, "resync")]  # a doubtful window
+    points = rate_trajectory(None, 0.94, rounds, doubt_prior=0.6)
     # Each window: its first row to "context.first", the rows after it to "context".
     expected = CopyRates(prior=0.94)
     expected.record("context.first", 1, 1)
@@ -82,7 +83,10 @@ def test_the_rate_trajectory_replays_copy_rates() -> None:
     assert points == [{"round": 1, "source": "context.first", "rate": after_1[0]},
                       {"round": 1, "source": "context", "rate": after_1[1]},
                       {"round": 3, "source": "context.first", "rate": after_3[0]},
-                      {"round": 3, "source": "context", "rate": after_3[1]}]
+                      {"round": 3, "source": "context", "rate": after_3[1]},
+                      # (1 + 4 * 0.6) / (1 + 4) and (0 + 4 * 0.94) / (1 + 4): its own histories
+                      {"round": 4, "source": "resync", "rate": 0.68},
+                      {"round": 4, "source": "resync.rest", "rate": 0.752}]
 
 
 @pytest.mark.model

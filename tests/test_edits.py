@@ -219,3 +219,19 @@ def test_edits_on_the_real_model_keep_its_tokens_and_save_rounds(loaded, referen
     # Measured: 76 rounds with edits, 102 without (the model adds a country to every office, which
     # no edit predicts).
     assert rounds[True] < 0.85 * rounds[False], rounds
+
+
+def test_a_broken_short_copy_stops_the_next_short_one_but_not_long_or_edited_ones() -> None:
+    s = Stream.start(Request(max_tokens=64, own_copy_rates=True), [90, 91, 92], DEFAULT, Tokenizer())  # type: ignore[arg-type]
+    short = Window("context", (7, 8, 9), match_len=4, start=0)
+    long = Window("context", (7, 8, 9), match_len=12, start=0)
+    edited = replace(short, applied=(Applied(0, (COMMA,), 1),))
+    assert s.price(short) == (0.94, 0.6)  # doubtful: the first row from the 0.6 prior
+    assert s.price(long) == s.price(edited) == (0.94, 0.94)
+    s.record_window(short, granted=3, accepted=0)  # its first row broke
+    _, first = s.price(short)
+    assert first == pytest.approx(2.4 / 5)  # under 0.5: the allocator starts no such window now
+    assert s.price(long) == s.price(edited) == (0.94, 0.94)  # sure copies are priced as before
+    # With own copy rates off every window is priced at the family's fixed rate.
+    off = Stream.start(Request(max_tokens=64, own_copy_rates=False), [90, 91, 92], DEFAULT, Tokenizer())  # type: ignore[arg-type]
+    assert off.price(short) == (0.94, None)
