@@ -94,8 +94,8 @@ def _number(value: Any) -> float:
 def rate_trajectory(start: Mapping[str, Mapping[str, float]] | None, prior: float,
                     rounds: Sequence[RoundStats], doubt_prior: float = DOUBT_PRIOR) -> list[dict[str, Any]]:
     """The copy rates after each window was verified, replayed from the run's round statistics: its
-    first-row history's (``Window.rate_key``: "context.first", "context.short", "resync", ...) and its
-    source's.
+    first-row history's (``Window.rate_key``: "context.first", "context.short", "resync", ...) and the
+    rate of its rows after the first (``rates.rest_key``: its source's, or a doubtful window's own).
 
     Each window is recorded as the engine did (``CopyRates.record_window``), so the rates are those the
     stream used next.

@@ -98,7 +98,8 @@ def test_a_cancelled_reply_keeps_its_text_and_copy_history(session: ChatSession)
     saved = session.store.message(reply.message_id)
     assert saved.status == "cancelled" and saved.content == reply.text and saved.content
     assert saved.stats["reason"] == "cancelled" and saved.stats["generated"] < 400
-    assert session.store.copy_history(conv.id)["context"]["tested"] > 0
+    history = session.store.copy_history(conv.id)
+    assert history is not None and sum(h["tested"] for h in history.values()) > 0
 
 
 # -- across processes ------------------------------------------------------------------------------
@@ -113,7 +114,7 @@ def test_copy_history_and_recall_carry_across_processes(tmp_path: Path) -> None:
     lanes(tmp_path, "ask", COPY_PROMPT, "--max-tokens", "60")
     with Store.open(tmp_path) as store:
         saved = store.copy_history(1)
-    assert saved is not None and saved["context"]["tested"] > 0
+    assert saved is not None and sum(h["tested"] for h in saved.values()) > 0  # e.g. "context", "context.short"
     res = lanes(tmp_path, "ask", "Say it once more.", "--conversation", "1", "--max-tokens", "40")
     assert "tok/s" in res.stderr and "first token" in res.stderr
     lanes(tmp_path, "ask", RECALL_PROMPT, "--new", "--max-tokens", "60")
