@@ -314,8 +314,8 @@ class ComparePane(QWidget):
             if side == "on" and self._chart_dirty and self.spec is not None:
                 self._chart_dirty = False  # redrawn when a round came in, not at every repaint
                 info = self.controller.info
-                priors = (info.copy_rate, info.doubt_prior) if info is not None else (0.94, DOUBT_PRIOR)
-                self.chart.set_points(rate_trajectory(self.spec.copy_history, priors[0], live.rounds, priors[1]),
+                prior, doubt = (info.copy_rate, info.doubt_prior) if info is not None else (0.94, DOUBT_PRIOR)
+                self.chart.set_points(rate_trajectory(self.spec.copy_history, prior, live.rounds, doubt),
                                       f"Copy rate per round (own copy rates on, repeat {live.repeat + 1}, live)")
             if live.state == "streaming":
                 col.speed.setText(f"{live.tokens / max(time.monotonic() - live.started, 1e-3):.1f} tok/s (live)")

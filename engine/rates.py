@@ -39,9 +39,9 @@ Doubtful first rows
 -------------------
 How a window was found says how likely its first row is to land. In ad hoc counts (2-core CPU,
 ``on``, the three main workloads) windows found by a match of 9 or more tokens landed their first
-row 95-100% of the time, those found by a match of at most ``SHORT_MATCH`` (8) tokens 63% (50-95%
-by workload) and resyncs 46% (34-61%), while copies carrying learned edits (engine.edits) landed
-nearly always. So short-match windows (``"context.short"``, ``"recall.short"``) and resyncs
+row 97% of the time (91-100% by workload), those found by a match of at most ``SHORT_MATCH`` (8)
+tokens 63% (50-95%) and resyncs 46% (34-61%), while copies carrying learned edits (engine.edits)
+landed 21 times in the 22 counted. So short-match windows (``"context.short"``, ``"recall.short"``) and resyncs
 (``"resync"``) without learned edits are *doubtful*: their first rows keep a history of their own
 whose prior is ``doubt_prior`` (0.6, a family setting) instead of 0.94, and the rows after their
 first row one of their own too (``"context.short.rest"``, ``"resync.rest"``; the source's rate until
@@ -204,15 +204,16 @@ class CopyRates:
         if accepted:
             self._interval.pop(source, None)
         else:
-            self._interval[source] = min(2 * self.probe_interval(source), max(MAX_PROBE_INTERVAL, self.probe_every))
+            wait = self._interval.get(source, self.probe_every)
+            self._interval[source] = min(2 * wait, max(MAX_PROBE_INTERVAL, self.probe_every))
 
     def record_window(self, source: str, granted: int, accepted: int, first: str | None = None) -> int:
         """Record a verified window of ``granted`` rows of which the first ``accepted`` landed.
 
         Returns its tested rows: all of them if none was rejected, else up to and including the first
         rejection. The first row goes to the window's first-row history ``first`` (``first_key``;
-        by default ``"<source>.first"``) and the rest, if the first landed, to ``source``'s (see
-        "First rows apart" above).
+        by default ``"<source>.first"``) and the rest, if the first landed, to ``rest_key``'s: the
+        source's, or a doubtful window's own (see "First rows apart" and "Doubtful first rows").
 
         >>> rates = CopyRates()
         >>> rates.record_window("context", granted=5, accepted=2, first=RESYNC)
@@ -266,8 +267,7 @@ class CopyRates:
         return self._round - self._last_recorded.get(source, 0) >= self.probe_interval(source)
 
     def probe_interval(self, source: str) -> int:
-        """Rounds ``source`` must go unrecorded before a probe: ``probe_every``, doubled per barren window;
-        for a doubtful first-row history the longest interval at once (see "Probe rule")."""
+        """Rounds ``source`` must go unrecorded before a probe: ``probe_every``, doubled per barren window."""
         return self._interval.get(source, self.probe_every)
 
     def snapshot(self) -> dict[str, dict[str, float]]:
