@@ -43,13 +43,21 @@ row 97% of the time (91-100% by workload), those found by a match of at most ``S
 tokens 63% (50-95%) and resyncs 46% (34-61%), while copies carrying learned edits (engine.edits)
 landed 21 times in the 22 counted. So short-match windows (``"context.short"``, ``"recall.short"``) and resyncs
 (``"resync"``) without learned edits are *doubtful*: their first rows keep a history of their own
-whose prior is ``doubt_prior`` (0.6, a family setting) instead of 0.94, and the rows after their
+whose prior is ``doubt_prior`` (0.45, a family setting) instead of 0.94, and the rows after their
 first row one of their own too (``"context.short.rest"``, ``"resync.rest"``; the source's rate until
-it has one). A doubtful window is started while the stream has no evidence against it
-(0.6 >= ``MIN_FIRST_ROW``); one broken first row stops the next ((0 + 4 * 0.6) / 5 = 0.48) until one
-lands or a probe re-tests it, and one landing raises it to 0.68. From 0.94 it took five broken first
-rows in a row, and a reply seldom offers that many: they were started nearly every time, whatever
-the stream's text.
+it has one). The prior sits under ``MIN_FIRST_ROW`` (0.5), so a stream starts no doubtful window of
+a kind until it has seen one land: the probe rule (below) tests one first row of that kind after
+``probe_every`` rounds. One landing raises the rate to (1 + 4 * 0.45) / 5 = 0.56 and the kind is
+started from then on; a broken probe lowers it to 0.36 and doubles the wait. After a landing and
+then a break (decay 0.9) it is (0.9 + 1.8) / (1.9 + 4) = 0.46: stopped again until a probe lands.
+
+Why not start them and learn: a prior of 0.6 did, and one broken first row then stopped the next
+((0 + 4 * 0.6) / 5 = 0.48). On the mixed workload (``on``, ad hoc count, 2-core CPU) the doubtful
+windows so started were 37 of its 105 windows and 29 of its 48 broken ones, for 51 of its 533
+accepted tokens. With 0.45 (ad hoc, 2 runs each) its wasted rows fell from 0.60x to 0.44x ``off``'s
+and its accepted tokens by 3%; on copy-heavy, whose short matches all land, the accepted tokens fell
+4% at the same speed (the benchmark: ``docs/benchmarks.md``, "Doubtful kinds start after a probe"). From 0.94 it had taken five
+broken first rows in a row to stop them, and a reply seldom offers that many.
 
 Worked example (prior 0.94, decay 0.9)::
 
@@ -92,7 +100,7 @@ PRIOR_ROWS = 4.0
 DEFAULT_DECAY = 0.9
 RESYNC = "resync"  # history of resync windows' first rows (see record_window)
 SHORT_MATCH = 8  # a window found by a match of at most this many tokens is a "short" one
-DOUBT_PRIOR = 0.6  # prior of doubtful first rows (short matches, resyncs): see "Doubtful first rows"
+DOUBT_PRIOR = 0.45  # prior of doubtful first rows (short matches, resyncs): see "Doubtful first rows"
 MAX_PROBE_INTERVAL = 64  # rounds; the longest a priced-out source waits between probes
 
 

@@ -6,6 +6,7 @@ from dataclasses import replace
 
 import pytest
 
+from engine.allocator import MIN_FIRST_ROW
 from engine.copyindex import Window
 from engine.edits import MAX_EDIT_TOKENS, MAX_EDITS, Applied, EditBook, edit_between
 from engine.events import Request
@@ -221,16 +222,20 @@ def test_edits_on_the_real_model_keep_its_tokens_and_save_rounds(loaded, referen
     assert rounds[True] < 0.85 * rounds[False], rounds
 
 
-def test_a_broken_short_copy_stops_the_next_short_one_but_not_long_or_edited_ones() -> None:
+def test_short_copies_start_once_one_lands_and_stop_when_one_breaks_but_long_and_edited_ones_do_not_wait() -> None:
     s = Stream.start(Request(max_tokens=64, own_copy_rates=True), [90, 91, 92], DEFAULT, Tokenizer())  # type: ignore[arg-type]
     short = Window("context", (7, 8, 9), match_len=4, start=0)
     long = Window("context", (7, 8, 9), match_len=12, start=0)
     edited = replace(short, applied=(Applied(0, (COMMA,), 1),))
-    assert s.price(short) == (0.94, 0.6)  # doubtful: the first row from the 0.6 prior
+    assert s.price(short) == (0.94, 0.45)  # doubtful: the 0.45 prior, under MIN_FIRST_ROW: not started
+    assert s.price(short)[1] < MIN_FIRST_ROW <= s.price(long)[1]
     assert s.price(long) == s.price(edited) == (0.94, 0.94)
-    s.record_window(short, granted=3, accepted=0)  # its first row broke
+    s.record_window(short, granted=1, accepted=1)  # a probe's first row landed
     _, first = s.price(short)
-    assert first == pytest.approx(2.4 / 5)  # under 0.5: the allocator starts no such window now
+    assert first == pytest.approx(2.8 / 5) and first >= MIN_FIRST_ROW  # short copies start now
+    s.record_window(short, granted=3, accepted=0)  # the next one's first row broke
+    _, first = s.price(short)
+    assert first == pytest.approx(2.7 / 5.9) and first < MIN_FIRST_ROW  # stopped until a probe lands
     assert s.price(long) == s.price(edited) == (0.94, 0.94)  # sure copies are priced as before
     # With own copy rates off every window is priced at the family's fixed rate.
     off = Stream.start(Request(max_tokens=64, own_copy_rates=False), [90, 91, 92], DEFAULT, Tokenizer())  # type: ignore[arg-type]

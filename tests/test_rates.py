@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine.rates import DEFAULT_DECAY, PRIOR_ROWS, CopyRates, SourceHistory, doubtful, first_key
+from engine.rates import DEFAULT_DECAY, DOUBT_PRIOR, PRIOR_ROWS, CopyRates, SourceHistory, doubtful, first_key
 
 
 def test_fresh_rate_is_prior() -> None:
@@ -220,7 +220,7 @@ def test_a_windows_first_row_and_the_rows_after_it_are_counted_apart() -> None:
 def test_first_rate_is_the_sources_until_it_has_a_history() -> None:
     rates = CopyRates.from_snapshot({"context": {"accepted": 0.0, "tested": 30.0}})  # stored before first rows
     assert rates.first_rate("context") == rates.rate("context") < 0.2
-    assert rates.first_rate("context", "resync") == 0.6  # doubtful histories start from the doubt prior
+    assert rates.first_rate("context", "resync") == DOUBT_PRIOR == 0.45  # doubtful ones: the doubt prior
 
 
 def test_doubtful_windows_keep_their_own_histories_from_the_doubt_prior() -> None:
