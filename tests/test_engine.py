@@ -119,11 +119,12 @@ def test_follow_up_turn_reuses_kv_cache_and_matches(engine, loaded, reference) -
 def test_copy_history_round_trips(engine) -> None:
     done = engine.submit(ask(prompts.COPY, max_tokens=40, own_copy_rates=True)).wait()
     assert isinstance(done, Finished)
-    hist = done.copy_history
-    assert hist["context"]["tested"] > 0
+    hist = done.copy_history  # which keys depends on the windows the reply found (engine.rates)
+    assert hist and sum(h["tested"] for h in hist.values()) > 0
     again = engine.submit(ask(prompts.COPY, max_tokens=5, own_copy_rates=True, copy_history=hist)).wait()
     assert isinstance(again, Finished)
-    assert again.copy_history["context"]["tested"] >= hist["context"]["tested"] * 0.5
+    for key, h in hist.items():  # carried over: kept, or decayed by at most a few windows (0.9 each)
+        assert again.copy_history[key]["tested"] >= h["tested"] * 0.5, key
 
 
 def test_close_joins_thread_and_fails_pending(loaded) -> None:
