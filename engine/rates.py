@@ -55,8 +55,8 @@ Why not start them and learn: a prior of 0.6 did, and one broken first row then 
 ((0 + 4 * 0.6) / 5 = 0.48). On the mixed workload (``on``, ad hoc count, 2-core CPU) the doubtful
 windows so started were 37 of its 105 windows and 29 of its 48 broken ones, for 51 of its 533
 accepted tokens. With 0.45 mixed's wasted rows fell to 0.43x ``off``'s in the benchmark (0.64x
-with 0.6; ``docs/benchmarks.md``, "Doubtful kinds start after a probe"). The cost: 3-4% fewer
-accepted tokens, at the same speed when the two priors ran side by side (ad hoc); copy-heavy's
+with 0.6; ``docs/benchmarks.md``, "Doubtful kinds start after a probe"). The cost: 1-4% fewer
+accepted tokens (no-copy 8%), at the same speed side by side except no-copy (ad hoc); copy-heavy's
 ``on`` / ``off`` fell from 0.96 to 0.84 across two A/Bs on a noisy machine. From 0.94 it had taken
 five broken first rows in a row to stop them, and a reply seldom offers that many.
 
