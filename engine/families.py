@@ -39,7 +39,7 @@ DEFAULT = Family(name="default")
 # Keyed by a lower-case substring of the model's name, checked in order.
 _REGISTRY: tuple[tuple[str, Family], ...] = (
     # own_copy_rates on: the latest A/B in docs/benchmarks.md: 1.00-1.18x off on mixed, no-copy and
-    # held-out mixed with a third to a half of the wasted rows; 0.84-0.91x on the copy workloads.
+    # held-out mixed with a quarter to a half of the wasted rows; 0.84-0.91x on the copy workloads.
     ("smollm2", Family(name="smollm2", own_copy_rates=True)),
     ("qwen", Family(name="qwen")),
     ("llama", Family(name="llama")),
