@@ -14,21 +14,20 @@ import platform
 import statistics
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import mlx.core as mx
 from mlx_lm import batch_generate, stream_generate
 
 from engine import blas
+from engine.cells import Cell
 from engine.costmodel import CostModel
 from engine.events import Event, Failed, Finished, Request
 from engine.models import LoadedModel
 from engine.runtime import cpu_model, usable_cores
 from engine.scheduler import Scheduler
 from engine.workload import WorkItem
-
-CELLS = ("mlx-lm", "mlx-lm-batch", "plain", "off", "on")
 
 
 @dataclass
@@ -78,9 +77,7 @@ def run_mlx_lm_batch(loaded: LoadedModel, items: list[WorkItem], prompts: list[l
     return CellRun(time.perf_counter() - t0, {it.id: list(t) for it, t in zip(items, res.token_ids, strict=True)})
 
 
-def run_lanes(
-    loaded: LoadedModel, items: list[WorkItem], costs: CostModel, *, drafts: bool, own: bool
-) -> CellRun:
+def run_lanes(loaded: LoadedModel, items: list[WorkItem], costs: CostModel, cell: Cell) -> CellRun:
     finished: dict[str, Finished] = {}
     run = CellRun(0.0, {})
     ids: dict[str, str] = {}
@@ -91,10 +88,11 @@ def run_lanes(
         elif isinstance(ev, Failed):
             raise RuntimeError(f"stream {ids.get(ev.request_id)} failed: {ev.message}")
 
-    sched = Scheduler(loaded, emit, costs=copy.deepcopy(costs))
+    sched = Scheduler(replace(loaded, family=cell.with_settings(loaded.family)), emit, costs=copy.deepcopy(costs))
     t0 = time.perf_counter()
     for it in items:
-        req = Request(messages=it.messages, max_tokens=it.max_tokens, drafts=drafts, own_copy_rates=own)
+        req = Request(messages=it.messages, max_tokens=it.max_tokens, drafts=cell.drafts,
+                      own_copy_rates=cell.own_copy_rates)
         ids[req.id] = it.id
         sched.submit(req)
     while sched.busy:
@@ -149,7 +147,7 @@ def machine() -> dict[str, Any]:
 def run_bench(
     loaded: LoadedModel,
     items: list[WorkItem],
-    cells: list[str],
+    cells: list[Cell],
     rounds: int,
     progress: Callable[[str], None] = lambda s: None,
 ) -> dict[str, Any]:
@@ -158,20 +156,20 @@ def run_bench(
     probe.calibrate()
     costs = probe.costs
     reference: dict[str, list[int]] | None = None
-    results: dict[str, dict[str, Any]] = {c: {"rounds": [], "rows": {}} for c in cells}
+    results: dict[str, dict[str, Any]] = {c.spec: {"rounds": [], "cell": c} for c in cells}
     for r in range(rounds):
         order = cells[r % len(cells) :] + cells[: r % len(cells)]  # no cell always goes first
         for cell in order:
-            if cell == "mlx-lm":
+            if cell.base == "mlx-lm":
                 run = run_mlx_lm(loaded, items, prompts)
-            elif cell == "mlx-lm-batch":
+            elif cell.base == "mlx-lm-batch":
                 run = run_mlx_lm_batch(loaded, items, prompts)
             else:
-                run = run_lanes(loaded, items, costs, drafts=cell != "plain", own=cell == "on")
-            if cell == "mlx-lm" and reference is None:
+                run = run_lanes(loaded, items, costs, cell)
+            if cell.base == "mlx-lm" and reference is None:
                 reference = run.tokens
-            progress(f"round {r + 1} {cell}: {run.tok_s:.1f} tok/s")
-            results[cell]["rounds"].append(run)
+            progress(f"round {r + 1} {cell.spec}: {run.tok_s:.1f} tok/s")
+            results[cell.spec]["rounds"].append(run)
         if reference is None:  # mlx-lm not among the cells: compute the reference once
             reference = run_mlx_lm(loaded, items, prompts).tokens
     assert reference is not None
@@ -223,6 +221,7 @@ def _summarise(
             "rows": rows,
             "equal_streams": min(sum(s["equal"] for s in r["streams"]) for r in rounds_json),
             "host_fraction": host / total if total > 0 else None,
+            "settings": dict(res["cell"].settings),  # family settings this cell overrode
         }
     out["costs_ms"] = {k: v * 1000 for k, v in costs.snapshot().items()}
     out["grouped_costs_ms"] = {k: v * 1000 for k, v in costs.grouped_snapshot().items()}

@@ -22,7 +22,9 @@ def main(argv: list[str] | None = None) -> int:
 
     bench = sub.add_parser("bench", help="benchmark a workload through mlx-lm and Lanes")
     bench.add_argument("--workload", type=Path, required=True, help="JSONL file, one stream per line")
-    bench.add_argument("--cells", default="mlx-lm,mlx-lm-batch,plain,off,on")
+    bench.add_argument("--cells", default="mlx-lm,mlx-lm-batch,plain,off,on",
+                       help="comma-separated cells; a Lanes cell may override family settings for itself, "
+                            "e.g. on:doubt_prior=0.6 (engine/cells.py lists them)")
     bench.add_argument("--rounds", type=int, default=4)
     bench.add_argument("--max-tokens", type=int, default=None, help="override each line's max_tokens")
     bench.add_argument("--model", default=None, help="model (default: the embedded SmolLM2-135M)")
@@ -112,15 +114,13 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _bench(args: argparse.Namespace) -> int:
-    from engine.bench import CELLS, markdown, run_bench
+    from engine.bench import markdown, run_bench
+    from engine.cells import parse_cells
     from engine.errors import LanesError
     from engine.models import load_model
     from engine.workload import load_workload
 
-    cells = [c.strip() for c in args.cells.split(",") if c.strip()]
-    unknown = [c for c in cells if c not in CELLS]
-    if unknown:
-        raise LanesError(f"unknown cell(s) {', '.join(unknown)}; choose from {', '.join(CELLS)}")
+    cells = parse_cells(args.cells)
     if args.rounds < 1:
         raise LanesError("--rounds must be at least 1")
     items = load_workload(args.workload, args.max_tokens)

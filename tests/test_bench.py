@@ -52,6 +52,23 @@ def test_bench_runs_every_cell_and_reports_token_equality(tmp_path: Path) -> Non
     assert all(0 <= r["rounds_grouped"] <= r["engine_rounds"] for r in data["cells"]["off"]["rounds"])
 
 
+def test_a_cell_runs_with_its_own_family_settings(tmp_path: Path) -> None:
+    workload = tmp_path / "w.jsonl"
+    line = {"id": "copy", "messages": [{"role": "user", "content": prompts.COPY}], "max_tokens": 40}
+    workload.write_text(json.dumps(line))
+    out = tmp_path / "r.json"
+    res = lanes("bench", "--workload", str(workload), "--rounds", "1", "--cells", "off,off:max_window=2",
+                "--json", str(out))
+    assert res.returncode == 0, res.stderr
+    assert "| off:max_window=2 |" in res.stdout
+    cells = json.loads(out.read_text())["cells"]
+    assert cells["off"]["settings"] == {} and cells["off:max_window=2"]["settings"] == {"max_window": 2}
+    for cell in cells.values():
+        assert cell["equal_streams"] == 1
+    longest = {name: max(map(int, c["rounds"][0]["accepted_per_window"])) for name, c in cells.items()}
+    assert longest["off:max_window=2"] == 2 < longest["off"]  # the setting reached the engine's windows
+
+
 def test_bad_workload_names_file_and_line(tmp_path: Path) -> None:
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"id": "a", "messages": [{"role": "user", "content": "hi"}]}\n{"id": "b"}\n')
@@ -64,3 +81,5 @@ def test_bad_workload_names_file_and_line(tmp_path: Path) -> None:
 def test_unknown_cell_is_refused(tmp_path: Path) -> None:
     res = lanes("bench", "--workload", str(tmp_path / "missing.jsonl"), "--cells", "plain,turbo")
     assert res.returncode == 2 and "turbo" in res.stderr
+    res = lanes("bench", "--workload", str(tmp_path / "missing.jsonl"), "--cells", "on:doubt_prior=2")
+    assert res.returncode == 2 and "cell 'on:doubt_prior=2': doubt_prior is a rate" in res.stderr

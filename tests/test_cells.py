@@ -1,0 +1,70 @@
+"""Tests for engine.cells: benchmark cells and the family settings a cell overrides (literal data)."""
+
+from types import MappingProxyType
+
+import pytest
+
+from engine.cells import Cell, parse_cell, parse_cells
+from engine.errors import LanesError
+from engine.families import Family
+
+
+def test_worked_example_from_docstring() -> None:
+    cells = parse_cells("off,on,on:doubt_prior=0.6:max_window=16")
+    assert [c.spec for c in cells] == ["off", "on", "on:doubt_prior=0.6:max_window=16"]
+    assert [c.base for c in cells] == ["off", "on", "on"]
+    assert dict(cells[2].settings) == {"doubt_prior": 0.6, "max_window": 16}
+    fam = Family(name="smollm2", own_copy_rates=True)
+    changed = cells[2].with_settings(fam)
+    assert (changed.doubt_prior, changed.max_window) == (0.6, 16)
+    assert (changed.name, changed.copy_rate, changed.own_copy_rates) == ("smollm2", 0.94, True)
+    assert cells[1].with_settings(fam) is fam  # no settings: the family itself
+
+
+def test_min_match_entry_changes_alone() -> None:
+    fam = Family(name="f", min_match=MappingProxyType({"context": 4, "recall": 8}))
+    changed = parse_cell("on:min_match.context=6").with_settings(fam)
+    assert dict(changed.min_match) == {"context": 6, "recall": 8}
+    assert dict(fam.min_match) == {"context": 4, "recall": 8}  # the registry's family is untouched
+
+
+def test_bases_say_what_runs() -> None:
+    got = {c.base: (c.drafts, c.own_copy_rates) for c in parse_cells("mlx-lm,mlx-lm-batch,plain,off,on")}
+    assert got == {"mlx-lm": (False, False), "mlx-lm-batch": (False, False), "plain": (False, False),
+                   "off": (True, False), "on": (True, True)}
+
+
+@pytest.mark.parametrize(("text", "value"), [("true", True), ("On", True), ("1", True), ("false", False),
+                                             ("off", False), ("0", False)])
+def test_boolean_settings(text: str, value: bool) -> None:
+    assert parse_cell(f"off:copy_edits={text}").settings == {"copy_edits": value}
+
+
+def test_spaces_around_cells_are_dropped_and_empty_entries_skipped() -> None:
+    assert [c.spec for c in parse_cells(" off , on:copy_rate=0.9 ,,")] == ["off", "on:copy_rate=0.9"]
+    assert parse_cells("off,on:copy_rate=0.9")[1] == Cell("on:copy_rate=0.9", "on", {"copy_rate": 0.9})
+
+
+@pytest.mark.parametrize(("spec", "message"), [
+    ("turbo", r"unknown cell 'turbo'; choose from mlx-lm, mlx-lm-batch, plain, off, on"),
+    ("mlx-lm:max_window=4", r"only the Lanes cells \(plain, off, on\) take settings"),
+    ("on:speed=2", r"'speed=2' is not a setting; write key=value with key one of copy_rate, doubt_prior"),
+    ("on:doubt_prior", r"'doubt_prior' is not a setting"),
+    ("on:doubt_prior=1.5", r"doubt_prior is a rate, strictly between 0 and 1, not 1.5"),
+    ("on:copy_rate=0", r"copy_rate is a rate, strictly between 0 and 1, not 0"),
+    ("on:copy_rate=high", r"copy_rate takes a number, not 'high'"),
+    ("on:max_window=2.5", r"max_window takes an integer, not '2.5'"),
+    ("on:max_window=0", r"max_window must be at least 1, not 0"),
+    ("on:copy_edits=maybe", r"copy_edits takes true or false, not 'maybe'"),
+    ("on:max_window=4:max_window=8", r"max_window is set twice"),
+])
+def test_bad_cells_name_the_cell_and_the_limit(spec: str, message: str) -> None:
+    with pytest.raises(LanesError, match=message):
+        parse_cell(spec)
+
+
+def test_a_list_refuses_repeats_and_emptiness() -> None:
+    with pytest.raises(LanesError, match=r"given twice: on:copy_rate=0.9"):
+        parse_cells("on:copy_rate=0.9,off,on:copy_rate=0.9")
+    with pytest.raises(LanesError, match="no cells given"):
+        parse_cells(" , ")
