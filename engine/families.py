@@ -38,8 +38,9 @@ DEFAULT = Family(name="default")
 
 # Keyed by a lower-case substring of the model's name, checked in order.
 _REGISTRY: tuple[tuple[str, Family], ...] = (
-    # own_copy_rates on: the latest A/B in docs/benchmarks.md: 1.00-1.18x off on mixed, no-copy and
-    # held-out mixed with a quarter to a half of the wasted rows; 0.84-0.91x on the copy workloads.
+    # own_copy_rates on: the latest runs in docs/benchmarks.md: level with off on mixed (0.98-1.00x)
+    # with half its wasted rows, 1.18-1.21x on no-copy and held-out mixed; 0.84-0.97x on the copy
+    # workloads (its doubt prior, measured side by side there, is that price).
     ("smollm2", Family(name="smollm2", own_copy_rates=True)),
     ("qwen", Family(name="qwen")),
     ("llama", Family(name="llama")),
