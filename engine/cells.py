@@ -55,7 +55,7 @@ class Cell:
     def with_settings(self, family: Family) -> Family:
         """``family`` with this cell's settings applied (the family itself when there are none)."""
         plain = {k: v for k, v in self.settings.items() if "." not in k}
-        matches = {k.split(".", 1)[1]: int(v) for k, v in self.settings.items() if k.startswith("min_match.")}
+        matches = {k.split(".", 1)[1]: v for k, v in self.settings.items() if k.startswith("min_match.")}
         if matches:
             plain["min_match"] = MappingProxyType({**family.min_match, **matches})
         return replace(family, **plain) if plain else family

@@ -54,11 +54,11 @@ then a break (decay 0.9) it is (0.9 + 1.8) / (1.9 + 4) = 0.46: stopped again unt
 Why not start them and learn: a prior of 0.6 did, and one broken first row then stopped the next
 ((0 + 4 * 0.6) / 5 = 0.48). On the mixed workload (``on``, ad hoc count, 2-core CPU) the doubtful
 windows so started were 37 of its 105 windows and 29 of its 48 broken ones, for 51 of its 533
-accepted tokens. With 0.45 mixed's wasted rows fell to 0.43x ``off``'s in the benchmark (0.64x
-with 0.6; ``docs/benchmarks.md``, "Doubtful kinds start after a probe"). The cost: 1-4% fewer
-accepted tokens (no-copy 8%), at the same speed side by side except no-copy (ad hoc); copy-heavy's
-``on`` / ``off`` fell from 0.96 to 0.84 across two A/Bs on a noisy machine. From 0.94 it had taken
-five broken first rows in a row to stop them, and a reply seldom offers that many.
+accepted tokens. Side by side in one ``lanes bench`` run (``docs/benchmarks.md``, "The doubt prior
+side by side in one run"), mixed's wasted rows were 0.45x ``off``'s at 0.45, 0.63x at 0.6 and 0.83x
+at 0.94, all level with ``off`` in speed; the cost is on copy-heavy, 0.93x ``off`` at 0.45 against
+1.02x at 0.94 (7% fewer accepted tokens: a kind waits for its probe). From 0.94 it had taken five
+broken first rows in a row to stop them, and a reply seldom offers that many.
 
 Worked example (prior 0.94, decay 0.9)::
 
