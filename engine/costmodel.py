@@ -41,6 +41,12 @@ grouped one; a grouped shape that has been observed answers with its moving aver
 
 (every stream's own row, plus what W rows add for k streams), never below cost(B, 1). With the
 table above: grouped(4, 8, 1) = 101 + 98 - 64 = 135 ms against 218 ms padded.
+
+Context (``engine.contextcost``): every answer above is a *base* cost, to which ``cost(..., keys=K)``
+adds what attending K keys costs for that shape, and ``observe(..., keys=K)`` takes that term off a
+timing before folding it in. So a round timed deep in a long conversation does not make the same
+shape look dear in a short one, and wide rounds in a long one are priced as dear as they are. With
+:data:`~engine.contextcost.NO_CONTEXT_COST` (the default) the term is 0 and keys change nothing.
 """
 
 from __future__ import annotations
@@ -49,11 +55,18 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from engine.contextcost import NO_CONTEXT_COST, ContextCost
+
 # Shapes the engine times at load: narrow and wide passes at one and several streams.
 CALIBRATION_SHAPES: tuple[tuple[int, int], ...] = ((1, 1), (1, 8), (4, 1), (4, 8), (4, 16))
 # Grouped passes timed too where the model has them (B, W, drafting streams): one stream drafting
 # is the common uneven round, and its measured cost shows whether grouping pays on this machine.
 GROUPED_CALIBRATION_SHAPES: tuple[tuple[int, int, int], ...] = ((4, 8, 1), (4, 16, 1))
+# Context the shapes above are timed at, and the longer one that the shapes below are timed at too,
+# to measure what a key of context adds (engine.contextcost).
+CALIBRATION_KEYS = 64
+LONG_CALIBRATION_KEYS = 1024
+CONTEXT_CALIBRATION_SHAPES: tuple[tuple[int, int], ...] = ((1, 1), (1, 8), (4, 1), (4, 8))
 
 # Fallback curve (seconds) = a + b*B + c*B*W: the least-squares fit of the 2-core CPU table above.
 # Deliberately the slow machine: before calibration it is better to under-draft than to over-pad.
@@ -141,6 +154,7 @@ class CostModel:
         alpha: float = 0.2,
         overhead: float = 0.0,
         grouped: bool = False,
+        context: ContextCost = NO_CONTEXT_COST,
     ) -> None:
         if not 0.0 < alpha <= 1.0:
             raise ValueError(f"alpha must be in (0, 1], got {alpha!r}")
@@ -148,6 +162,7 @@ class CostModel:
             raise ValueError(f"overhead must be finite and >= 0, got {overhead!r}")
         self.alpha = float(alpha)
         self.grouped = grouped  # whether rounds may be grouped (the scheduler sets it per model)
+        self.context = context  # seconds per key of context (set from calibration before observing)
         self._samples: dict[tuple[int, int], float] = {}
         self._grouped: dict[tuple[int, int, int], float] = {}  # (B, W, k) -> observed seconds
         self._widths: dict[int, list[int]] = {}  # batch -> sorted observed widths
@@ -192,8 +207,8 @@ class CostModel:
         else:
             self._overhead, self._overhead_seen = seconds, True
 
-    def observe(self, batch: int, width: int, seconds: float, wide: int | None = None) -> None:
-        """Fold one timed B x W pass into that shape's moving average and refit the fallback.
+    def observe(self, batch: int, width: int, seconds: float, wide: int | None = None, keys: int = 0) -> None:
+        """Fold one timed B x W pass over ``keys`` keys into that shape's base average; refit the fallback.
 
         ``wide`` = k < B means a grouped pass with k drafting streams (kept apart from padded ones).
         A new shape takes the timing as is; non-finite or non-positive timings are dropped.
@@ -202,33 +217,52 @@ class CostModel:
         if not _valid_seconds(seconds):
             return
         if wide is not None and wide < batch:
+            seconds = max(seconds - self.context.seconds(batch, width, keys, wide), MIN_SECONDS)
             gkey = (batch, width, wide)
             old_g = self._grouped.get(gkey)
             self._grouped[gkey] = float(seconds) if old_g is None else old_g + self.alpha * (seconds - old_g)
             return
+        seconds = max(seconds - self.context.seconds(batch, width, keys), MIN_SECONDS)
         key = (batch, width)
         old = self._samples.get(key)
         self._samples[key] = float(seconds) if old is None else old + self.alpha * (seconds - old)
         self._rebuild()
 
-    def cost(self, batch: int, width: int, wide: int | None = None) -> float:
-        """Predicted seconds for a B x W pass where ``wide`` streams draft (None: all of them)."""
-        if wide is not None and self.groups_pay(batch, width, wide):
-            return self._grouped_cost(batch, width, wide)
-        return self._padded(batch, width)
+    def cost(self, batch: int, width: int, wide: int | None = None, keys: int = 0) -> float:
+        """Predicted seconds for a B x W pass over ``keys`` keys where ``wide`` streams draft (None: all)."""
+        if wide is not None and self.groups_pay(batch, width, wide, keys):
+            return self._grouped_cost(batch, width, wide, keys)
+        return self._padded(batch, width) + self.context.seconds(batch, width, keys)
 
-    def groups_pay(self, batch: int, width: int, wide: int | None) -> bool:
+    def groups_pay(self, batch: int, width: int, wide: int | None, keys: int = 0) -> bool:
         """Whether a grouped pass is expected to beat the padded one for this round."""
         if not self.grouped or wide is None or not 0 < wide < batch or width == 1:
             return False
-        return self._grouped_cost(batch, width, wide) < self._padded(batch, width)
+        padded = self._padded(batch, width) + self.context.seconds(batch, width, keys)
+        return self._grouped_cost(batch, width, wide, keys) < padded
 
-    def _grouped_cost(self, batch: int, width: int, wide: int) -> float:
-        seen = self._grouped.get((batch, width, wide))
-        if seen is not None:
-            return seen
-        base = self._padded(batch, 1)
-        return max(base, base + self._padded(wide, width) - self._padded(wide, 1))
+    def _grouped_cost(self, batch: int, width: int, wide: int, keys: int) -> float:
+        base = self._grouped.get((batch, width, wide))
+        if base is None:
+            own = self._padded(batch, 1)
+            base = max(own, own + self._padded(wide, width) - self._padded(wide, 1))
+        return base + self.context.seconds(batch, width, keys, wide)
+
+    def at_keys(self, keys: int) -> CostModel:
+        """A copy that prices every context as ``keys`` keys: its samples are this one's costs there.
+
+        ``at_keys(CALIBRATION_KEYS)`` after calibration is the model as it was before contexts were
+        priced (the benchmark runs it beside the context-aware one).
+        """
+        flat = CostModel(
+            {shape: self.cost(*shape, keys=keys) for shape in self._samples},
+            alpha=self.alpha, overhead=self._overhead, grouped=self.grouped,
+        )
+        flat._overhead_seen = self._overhead_seen
+        flat._grouped = {
+            (b, w, k): base + self.context.seconds(b, w, keys, k) for (b, w, k), base in self._grouped.items()
+        }
+        return flat
 
     def _padded(self, batch: int, width: int) -> float:
         _check_shape(batch, width)
@@ -254,7 +288,7 @@ class CostModel:
         return max(value, MIN_SECONDS)
 
     def snapshot(self) -> dict[str, float]:
-        """Observed padded averages as ``{"BxW": seconds}``, e.g. ``{"4x8": 0.218}``."""
+        """Observed padded (base) averages as ``{"BxW": seconds}``, e.g. ``{"4x8": 0.218}``."""
         return {f"{b}x{w}": s for (b, w), s in sorted(self._samples.items())}
 
     def grouped_snapshot(self) -> dict[str, float]:

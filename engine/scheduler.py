@@ -13,15 +13,24 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from functools import partial
 
 import mlx.core as mx
 import numpy as np
 from mlx_lm.models.cache import KVCache
 
 from engine.allocator import Offer, allocate
+from engine.contextcost import ContextSample, fit
 from engine.convcache import ConversationCache
 from engine.copyindex import RecallIndex, Window
-from engine.costmodel import CALIBRATION_SHAPES, GROUPED_CALIBRATION_SHAPES, CostModel
+from engine.costmodel import (
+    CALIBRATION_KEYS,
+    CALIBRATION_SHAPES,
+    CONTEXT_CALIBRATION_SHAPES,
+    GROUPED_CALIBRATION_SHAPES,
+    LONG_CALIBRATION_KEYS,
+    CostModel,
+)
 from engine.errors import LanesError, PromptTooLongError
 from engine.events import Event, Failed, Finished, Origin, ReplyStats, Request, RoundStats, Tokens
 from engine.forward import ROW_MULTIPLE, grouped_logits, supports_grouped
@@ -158,21 +167,45 @@ class Scheduler:
             self._prefill_chunk()
 
     def calibrate(self, repeats: int = 2) -> None:
-        """Time the forward pass at a few shapes on this machine (before any stream)."""
-        for batch, width in CALIBRATION_SHAPES:
-            self.costs.observe(batch, width, self._time_pass([width] * batch, grouped=False, repeats=repeats))
+        """Time the forward pass at a few shapes on this machine (before any stream).
+
+        A few shapes are timed at a long context too, to price each key of context first
+        (``engine.contextcost``); the short timings are then folded in net of their context.
+        """
+        short_ctx = self._filler_context(CALIBRATION_KEYS)
+        long_ctx = self._filler_context(LONG_CALIBRATION_KEYS)
+        short = {(b, w): self._time_pass(short_ctx, [w] * b, grouped=False, repeats=repeats)
+                 for b, w in CALIBRATION_SHAPES}
+        self.costs.context = fit([
+            ContextSample(b, w, CALIBRATION_KEYS, short[(b, w)], LONG_CALIBRATION_KEYS,
+                          self._time_pass(long_ctx, [w] * b, grouped=False, repeats=1))
+            for b, w in CONTEXT_CALIBRATION_SHAPES
+        ])
+        for (batch, width), seconds in short.items():
+            self.costs.observe(batch, width, seconds, keys=CALIBRATION_KEYS)
         if self.costs.grouped:
             for batch, width, wide in GROUPED_CALIBRATION_SHAPES:
                 widths = [width] * wide + [1] * (batch - wide)
-                self.costs.observe(batch, width, self._time_pass(widths, grouped=True, repeats=repeats), wide)
+                seconds = self._time_pass(short_ctx, widths, grouped=True, repeats=repeats)
+                self.costs.observe(batch, width, seconds, wide, keys=CALIBRATION_KEYS)
 
-    def _time_pass(self, widths: list[int], grouped: bool, repeats: int) -> float:
-        """Best of ``repeats`` timings of one pass, streams at 64 tokens of context."""
+    def _filler_context(self, keys: int) -> list[KVCache]:
+        """Per-layer caches holding ``keys`` tokens of context, for timing passes (the values don't matter)."""
+        caches = [KVCache() for _ in range(self.loaded.n_layers)]
+        self.model(mx.zeros((1, CALIBRATION_KEYS), dtype=mx.int32), cache=caches)
+        if keys > CALIBRATION_KEYS:  # the rest as zeros: computing it would cost a long prefill
+            for c in caches:
+                k, v = c.keys, c.values
+                c.update_and_fetch(mx.zeros((*k.shape[:2], keys - c.offset, k.shape[3]), dtype=k.dtype),
+                                   mx.zeros((*v.shape[:2], keys - c.offset, v.shape[3]), dtype=v.dtype))
+        mx.eval([c.keys for c in caches])
+        return caches
+
+    def _time_pass(self, context: list[KVCache], widths: list[int], grouped: bool, repeats: int) -> float:
+        """Best of ``repeats`` timings of one pass, every stream holding the filler ``context``."""
         lanes = LaneCache(self.loaded.n_layers)
         for _ in widths:
-            caches = [KVCache() for _ in range(self.loaded.n_layers)]
-            self.model(mx.zeros((1, 64), dtype=mx.int32), cache=caches)
-            lanes.add(caches)
+            lanes.add(context)
         width = max(widths)
         best = float("inf")
         for _ in range(repeats + 1):
@@ -234,7 +267,8 @@ class Scheduler:
                 rate, first = s.price(w)
                 offers.append(Offer(stream=i, rate=rate, max_rows=len(w.tokens), probe=probe, first_rate=first))
         if offers:
-            alloc = allocate(offers, len(self.active), self.costs.cost, self.costs.overhead)
+            cost = partial(self.costs.cost, keys=max(self.lanes.lengths))
+            alloc = allocate(offers, len(self.active), cost, self.costs.overhead)
             rows = list(alloc.rows)
         else:
             rows = [0] * len(self.active)
@@ -252,7 +286,8 @@ class Scheduler:
 
         ahead = self._claim_ahead(plan, width)
         wide = sum(1 for d in drafts if d)
-        grouped = ahead is None and self.costs.groups_pay(batch, width, wide)
+        keys = max(self.lanes.lengths)  # the longest context: a padded pass attends every stream over it
+        grouped = ahead is None and self.costs.groups_pay(batch, width, wide, keys)
         if grouped:
             self.rounds_grouped += 1
             groups = self.lanes.begin_grouped([len(r) for r in rows])
@@ -331,7 +366,7 @@ class Scheduler:
         self.forward_s += forward_s
         self.host_s += host_s
         if ahead is None:  # a round that ran ahead waited for part of a pass, not a whole one
-            self.costs.observe(batch, width, forward_s, wide if grouped else None)
+            self.costs.observe(batch, width, forward_s, wide if grouped else None, keys)
         self.costs.observe_overhead(host_s)
 
     def _claim_ahead(self, plan: RoundPlan, width: int) -> mx.array | None:

@@ -9,6 +9,7 @@ import pytest
 
 import engine.scheduler as scheduler_mod
 from engine.allocator import Allocation
+from engine.contextcost import NO_CONTEXT_COST, ContextCost
 from engine.copyindex import Window
 from engine.costmodel import CostModel
 from engine.events import Event, Finished, Request
@@ -63,7 +64,7 @@ def random_allocator(rng: random.Random):
 def test_greedy_equals_mlx_lm_under_adversarial_drafts(loaded, reference, chat_prompt, monkeypatch, seed, grouped) -> None:
     """Grouped: every round where some streams draft and others do not runs as a grouped pass."""
     rng = random.Random(seed)
-    monkeypatch.setattr(CostModel, "groups_pay", lambda self, b, w, k: grouped and k is not None and 0 < k < b and w > 1)
+    monkeypatch.setattr(CostModel, "groups_pay", lambda self, b, w, k, keys=0: grouped and k is not None and 0 < k < b and w > 1)
     texts = [prompts.COPY, prompts.FRANCE, prompts.CODE, prompts.OPEN]
     rng.shuffle(texts)
     refs_by_id: dict[str, list[int]] = {}
@@ -183,3 +184,22 @@ def test_plain_rounds_run_ahead_and_stay_equal(loaded, reference, chat_prompt) -
     assert done[doomed.id].reason == "cancelled"
     assert list(done[doomed.id].tokens) == reference(list(doomed.prompt_tokens or ()), 40)[: len(done[doomed.id].tokens)]
 
+
+
+def test_each_round_is_priced_at_the_longest_context(loaded, reference, chat_prompt) -> None:
+    """The allocator prices rows at the longest context held: where each key makes a row dear,
+    a copy-friendly stream gets no rows at all, and its tokens stay equal either way."""
+    prompt = tuple(chat_prompt(prompts.COPY))
+    granted = {}
+    for name, context in (("free", NO_CONTEXT_COST), ("dear", ContextCost(per_stream=0.0, per_row=1e-2))):
+        events: list[Event] = []
+        sched = Scheduler(loaded, events.append)
+        sched.costs.context = context  # at ~100 keys a row costs a second more: no copy pays that
+        req = Request(prompt_tokens=prompt, max_tokens=48, own_copy_rates=False)
+        sched.submit(req)
+        while sched.busy:
+            sched.step()
+        done = next(e for e in events if isinstance(e, Finished))
+        assert list(done.tokens) == reference(list(prompt), 48)
+        granted[name] = done.stats.rows["context"].granted
+    assert granted["free"] > 10 and granted["dear"] == 0

@@ -117,7 +117,7 @@ def test_sampled_streams_read_their_own_rows_of_a_grouped_pass(loaded, chat_prom
     from tests import prompts
 
     def run(grouped: bool) -> tuple[dict[str, tuple[int, ...]], int]:
-        monkeypatch.setattr(CostModel, "groups_pay", lambda self, b, w, k: grouped and k is not None and 0 < k < b and w > 1)
+        monkeypatch.setattr(CostModel, "groups_pay", lambda self, b, w, k, keys=0: grouped and k is not None and 0 < k < b and w > 1)
         events: list = []
         sched = Scheduler(loaded, events.append)
         reqs = {"sampled": Request(prompt_tokens=tuple(chat_prompt(prompts.OPEN)), max_tokens=32,
