@@ -22,7 +22,7 @@ from mlx_lm import batch_generate, stream_generate
 
 from engine import blas
 from engine.cells import Cell
-from engine.costmodel import CostModel
+from engine.costmodel import CALIBRATION_KEYS, CostModel
 from engine.events import Event, Failed, Finished, Request
 from engine.models import LoadedModel
 from engine.runtime import cpu_model, usable_cores
@@ -88,7 +88,8 @@ def run_lanes(loaded: LoadedModel, items: list[WorkItem], costs: CostModel, cell
         elif isinstance(ev, Failed):
             raise RuntimeError(f"stream {ids.get(ev.request_id)} failed: {ev.message}")
 
-    sched = Scheduler(replace(loaded, family=cell.with_settings(loaded.family)), emit, costs=copy.deepcopy(costs))
+    costs = copy.deepcopy(costs) if cell.context_cost else costs.at_keys(CALIBRATION_KEYS)
+    sched = Scheduler(replace(loaded, family=cell.with_settings(loaded.family)), emit, costs=costs)
     t0 = time.perf_counter()
     for it in items:
         req = Request(messages=it.messages, max_tokens=it.max_tokens, drafts=cell.drafts,
@@ -225,6 +226,8 @@ def _summarise(
         }
     out["costs_ms"] = {k: v * 1000 for k, v in costs.snapshot().items()}
     out["grouped_costs_ms"] = {k: v * 1000 for k, v in costs.grouped_snapshot().items()}
+    out["context_cost_us_per_key"] = {"per_stream": costs.context.per_stream * 1e6,
+                                      "per_row": costs.context.per_row * 1e6}
     return out
 
 

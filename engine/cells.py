@@ -10,6 +10,10 @@ cells; the last one's ``settings`` are ``{"doubt_prior": 0.6, "max_window": 16}`
 family with ``min_match`` ``{"context": 4, "recall": 8}``, ``with_settings`` returns that family
 with ``doubt_prior=0.6`` and ``max_window=16``; ``on:min_match.context=6`` changes the context
 entry of ``min_match`` alone. The cell keeps its spec as its name in tables and JSON.
+
+One setting is the engine's, not the family's: ``context_cost=false`` runs the cell with the cost
+model as it was before contexts were priced (every round priced as if at the calibration's 64 keys;
+``engine.contextcost``), so the two can be compared side by side.
 """
 
 from __future__ import annotations
@@ -34,7 +38,9 @@ SETTINGS: Mapping[str, type] = MappingProxyType({
     "max_window": int,
     "min_match.context": int,
     "min_match.recall": int,
+    "context_cost": bool,
 })
+ENGINE_SETTINGS = ("context_cost",)  # not family settings: with_settings leaves them out
 _TRUE, _FALSE = ("true", "on", "yes", "1"), ("false", "off", "no", "0")
 
 
@@ -52,9 +58,14 @@ class Cell:
     def own_copy_rates(self) -> bool:
         return self.base == "on"
 
+    @property
+    def context_cost(self) -> bool:
+        """Whether the cost model prices each round's context (the default) or every round at 64 keys."""
+        return bool(self.settings.get("context_cost", True))
+
     def with_settings(self, family: Family) -> Family:
         """``family`` with this cell's settings applied (the family itself when there are none)."""
-        plain = {k: v for k, v in self.settings.items() if "." not in k}
+        plain = {k: v for k, v in self.settings.items() if "." not in k and k not in ENGINE_SETTINGS}
         matches = {k.split(".", 1)[1]: v for k, v in self.settings.items() if k.startswith("min_match.")}
         if matches:
             plain["min_match"] = MappingProxyType({**family.min_match, **matches})

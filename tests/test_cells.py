@@ -28,6 +28,14 @@ def test_min_match_entry_changes_alone() -> None:
     assert dict(fam.min_match) == {"context": 4, "recall": 8}  # the registry's family is untouched
 
 
+def test_context_cost_is_the_engines_not_the_familys() -> None:
+    fam = Family(name="f", own_copy_rates=True)
+    flat, priced = parse_cell("on:context_cost=false:max_window=8"), parse_cell("on")
+    assert (flat.context_cost, priced.context_cost) == (False, True)
+    changed = flat.with_settings(fam)
+    assert changed.max_window == 8 and not hasattr(changed, "context_cost")
+
+
 def test_bases_say_what_runs() -> None:
     got = {c.base: (c.drafts, c.own_copy_rates) for c in parse_cells("mlx-lm,mlx-lm-batch,plain,off,on")}
     assert got == {"mlx-lm": (False, False), "mlx-lm-batch": (False, False), "plain": (False, False),
