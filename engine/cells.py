@@ -38,8 +38,10 @@ SETTINGS: Mapping[str, type] = MappingProxyType({
     "max_window": int,
     "min_match.context": int,
     "min_match.recall": int,
+    "brief_match": int,
     "context_cost": bool,
 })
+INT_MINIMUM: Mapping[str, int] = MappingProxyType({"brief_match": 0})  # 0 turns it off; others start at 1
 ENGINE_SETTINGS = ("context_cost",)  # not family settings: with_settings leaves them out
 _TRUE, _FALSE = ("true", "on", "yes", "1"), ("false", "off", "no", "0")
 
@@ -86,8 +88,9 @@ def _value(spec: str, key: str, text: str) -> Value:
                          f"not {text!r}") from None
     if kind is float and not 0.0 < number < 1.0:
         raise LanesError(f"cell {spec!r}: {key} is a rate, strictly between 0 and 1, not {text}")
-    if kind is int and number < 1:
-        raise LanesError(f"cell {spec!r}: {key} must be at least 1, not {text}")
+    least = INT_MINIMUM.get(key, 1)
+    if kind is int and number < least:
+        raise LanesError(f"cell {spec!r}: {key} must be at least {least}, not {text}")
     return number
 
 

@@ -57,6 +57,7 @@ class Window:
     match_len: int  # how many trailing tokens of the stream matched the earlier occurrence
     start: int = field(default=-1, compare=False)  # context windows: index of the first copied token in the stream's tokens
     resync: bool = field(default=False, compare=False)  # found by ContextIndex.resync (a 1-2 token match)
+    brief: bool = field(default=False, compare=False)  # found by a match under the source's min_match (engine.stream)
     # Drafts with learned edits applied (engine.edits): where each token's source text starts (one
     # more entry: after the last), where the edits sit, and the edit a resync would confirm.
     sources: tuple[int, ...] = field(default=(), compare=False)
@@ -66,8 +67,8 @@ class Window:
     @property
     def rate_key(self) -> str:
         """The copy history that decides whether this window starts: its first rows' (``first_key``):
-        a resync's or a short match's (at most ``SHORT_MATCH`` tokens), unless it carries learned
-        edits, else its source's (engine.rates, "Doubtful first rows").
+        a resync's, a brief match's or a short match's (at most ``SHORT_MATCH`` tokens), unless it
+        carries learned edits, else its source's (engine.rates, "Doubtful first rows").
 
         A resync window's first row (does the copy resume after an edit?) lands often in edited
         copies and seldom in free-form text (3 times in 4 it failed there, in an ad hoc count on the
@@ -75,7 +76,7 @@ class Window:
         """
         if self.applied:  # a copy carrying learned edits: the reply has been seen making them
             return first_key(self.source)
-        return first_key(self.source, self.resync, short=self.match_len <= SHORT_MATCH)
+        return first_key(self.source, self.resync, short=self.match_len <= SHORT_MATCH, brief=self.brief)
 
     def source_at(self, i: int) -> int:
         """Where the source text behind draft token ``i`` starts (``i == len(tokens)``: after the last)."""
@@ -149,11 +150,14 @@ class ContextIndex:
         toks, m = self._tokens, self.min_match
         return len(toks) >= m and hash(tuple(toks[len(toks) - m + 1 :])) in self._prefixes
 
-    def propose(self, max_tokens: int) -> Window | None:
+    def propose(self, max_tokens: int, unambiguous: bool = False) -> Window | None:
         """The continuation of the longest earlier occurrence of the trailing tokens, or None.
 
         The occurrence must end before the current end, but its continuation may
         run into the tail (that is how loops copy); it stops at the end of the text.
+        With ``unambiguous``, None when another of the candidates matches as long: a
+        two-token match that occurs more than once is chance (" of the"), one that
+        occurs once is mostly a name or an identifier.
         """
         toks = self._tokens
         n = len(toks)
@@ -164,7 +168,7 @@ class ContextIndex:
         if s == n - m:  # the tail's own gram is the newest entry; it has no continuation
             s = self._prev[s]
         prev = self._prev
-        best_len, best_end = 0, -1
+        best_len, best_end, tied = 0, -1, False
         checked = 0
         while s >= 0 and checked < MAX_CANDIDATES:
             checked += 1
@@ -172,11 +176,13 @@ class ContextIndex:
             # end < n, so limit <= end keeps the comparison inside the text.
             got = _match_len(toks, end, toks, n, min(self.max_match, end))
             if got > best_len:
-                best_len, best_end = got, end
-                if got == self.max_match:  # nothing older can beat it (ties go to the newest)
+                best_len, best_end, tied = got, end, False
+                if got == self.max_match and not unambiguous:  # nothing older can beat it (ties go to the newest)
                     break
+            elif got == best_len:
+                tied = True
             s = prev[s]
-        if best_len < m:
+        if best_len < m or (unambiguous and tied):
             return None
         return Window(self.source, tuple(toks[best_end : min(best_end + max_tokens, n)]), best_len, best_end)
 

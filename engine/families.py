@@ -31,6 +31,11 @@ class Family:
     # Prior of the first row of a window found by a short match or a resync (engine.rates,
     # "Doubtful first rows"): such rows landed 46-63% of the time, not 94%.
     doubt_prior: float = DOUBT_PRIOR
+    # When no context match of min_match tokens, no edited copy and no resync offers a window, a match
+    # of this many tokens that the prompt has once may (engine.stream; 0: never). Such "brief" windows
+    # are priced from their own first-row history, so only with own copy rates: at a fixed rate they
+    # would be started whatever their record.
+    brief_match: int = 2
     max_window: int = 32  # longest window proposed in one round (the allocator decides how much to verify)
 
 

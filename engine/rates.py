@@ -60,6 +60,13 @@ at 0.94, all level with ``off`` in speed; the cost is on copy-heavy, 0.93x ``off
 1.02x at 0.94 (7% fewer accepted tokens: a kind waits for its probe). From 0.94 it had taken five
 broken first rows in a row to stop them, and a reply seldom offers that many.
 
+Brief matches (``"context.brief"``): with own copy rates, when no match of ``min_match`` tokens, no
+edited copy and no resync offers a window, the stream looks for 2-3 trailing tokens (the family's
+``brief_match``) that the prompt has once and no other text matches as long (engine.stream). A
+table row's name, written after ``|`` where the list had ``-``, is one; its copy is what teaches the
+edits (``,`` -> `` |``) that later copies replay. Their first rows are doubtful with a history of
+their own, so a broken brief window does not stop the short matches that land.
+
 Worked example (prior 0.94, decay 0.9)::
 
     start                          accepted 0      tested 0      rate (0 + 3.76) / (0 + 4)   = 0.9400
@@ -105,17 +112,21 @@ DOUBT_PRIOR = 0.45  # prior of doubtful first rows (short matches, resyncs): see
 MAX_PROBE_INTERVAL = 64  # rounds; the longest a priced-out source waits between probes
 
 
-def first_key(source: str, resync: bool = False, short: bool = False) -> str:
+def first_key(source: str, resync: bool = False, short: bool = False, brief: bool = False) -> str:
     """The history of the first rows of ``source``'s windows: ``"resync"`` for resync windows,
-    ``"<source>.short"`` for windows found by a short match, else ``"<source>.first"``."""
+    ``"<source>.brief"`` for windows found by a match shorter than the source's minimum (the
+    fallback search, engine.stream), ``"<source>.short"`` for windows found by a short match, else
+    ``"<source>.first"``."""
     if resync:
         return RESYNC
+    if brief:
+        return f"{source}.brief"
     return f"{source}.short" if short else f"{source}.first"
 
 
 def doubtful(key: str) -> bool:
     """Whether ``key`` is a first-row history that starts from the doubt prior."""
-    return key == RESYNC or key.endswith(".short")
+    return key == RESYNC or key.endswith((".short", ".brief"))
 
 
 def rest_key(source: str, first: str) -> str:

@@ -49,7 +49,9 @@ class Stream:
     _detok_from: int = 0  # output tokens not yet turned into committed text
     anchor: int = -1  # where the last context copy stood in the stream's tokens, for resync
     broke_at: int = -1  # tokens in view when that copy stopped
+    anchor_landed: bool = False  # whether that copy landed rows (a real copy, not a chance match)
     edits: EditBook = field(default_factory=EditBook)  # edits this reply made to the prompt it copies
+    brief: ContextIndex | None = None  # the fallback search for matches under min_match (family.brief_match)
 
     @classmethod
     def start(cls, request: Request, prompt: list[int], family: Family, tokenizer: TokenizerWrapper) -> Stream:
@@ -58,8 +60,12 @@ class Stream:
                                        doubt_prior=family.doubt_prior)
         context = ContextIndex(min_match=family.min_match["context"])
         context.extend(prompt)
+        brief = None
+        if own and 0 < family.brief_match < context.min_match:
+            brief = ContextIndex(min_match=family.brief_match, max_match=context.min_match - 1)
+            brief.extend(prompt)
         rng = np.random.default_rng(request.seed) if request.temperature > 0 else None
-        return cls(request, prompt, family, tokenizer, own, rates, context, rng=rng)
+        return cls(request, prompt, family, tokenizer, own, rates, context, rng=rng, brief=brief)
 
     @property
     def id(self) -> str:
@@ -96,11 +102,23 @@ class Stream:
                 best = self._edited(best, limit)
         if best is None and self._may_resync(0):
             best = self._resync(limit)
+        if best is None and self.brief is not None:
+            best = self._brief(limit)
         if recall is not None and self.request.recall and len(recall):
             other = recall.propose(self.tail(recall.max_match), limit, exclude=exclude)
             if other is not None and (best is None or other.match_len > best.match_len):
                 best = other
         return best
+
+    def _brief(self, limit: int) -> Window | None:
+        """A brief match into the prompt: the reply just wrote two or three tokens that the given text
+        has once (a name in a table row, an identifier in rewritten code). In the reply's own prose a
+        match that brief is mostly chance, so it is not looked for there."""
+        assert self.brief is not None
+        found = self.brief.propose(limit, unambiguous=True)
+        if found is None or found.start >= len(self.prompt):
+            return None
+        return self._edited(replace(found, brief=True), limit)
 
     def _continue(self, limit: int) -> Window | None:
         """The edited copy of the prompt picked up where the last window stopped, if the reply has
@@ -151,6 +169,8 @@ class Stream:
             return True
         if self.context.may_propose_next() or self._may_resync(1):
             return False
+        if self.brief is not None and self.brief.may_propose_next():
+            return False
         if recall is not None and self.request.recall and len(recall):
             return not recall.may_propose_after(self.tail(recall.min_match))
         return True
@@ -174,10 +194,14 @@ class Stream:
     # -- after verification -------------------------------------------------
     def record_window(self, window: Window, granted: int, accepted: int) -> None:
         source = window.source
-        if source == "context":
+        # A brief match that broke at once is mostly chance: it does not displace a copy that landed
+        # rows and broke lately (a resync or an edited copy's continuation may still pick that up).
+        keep = window.brief and accepted == 0 and self.anchor_landed and self._may_resync(0)
+        if source == "context" and not keep:
             kept = window.rewind(accepted)
             self.anchor = window.source_at(kept)
             self.broke_at = self.tokens_in_view + kept
+            self.anchor_landed = accepted > 0
             learned = window.learn if accepted else None  # the copy resumed: the edit was real
             if learned is not None:
                 self.edits.learn(*learned)
@@ -211,6 +235,8 @@ class Stream:
         self.output.extend(kept)
         self.origins.extend(kept_origins)
         self.context.extend(kept)
+        if self.brief is not None:
+            self.brief.extend(kept)
         new_text = self._commit_text(final=self.stop_reason is not None)
         stop_at = self._find_stop(len(new_text))
         if stop_at is not None:

@@ -28,6 +28,12 @@ def test_min_match_entry_changes_alone() -> None:
     assert dict(fam.min_match) == {"context": 4, "recall": 8}  # the registry's family is untouched
 
 
+def test_brief_matches_can_be_turned_off() -> None:
+    fam = Family(name="f", own_copy_rates=True)
+    assert fam.brief_match == 2
+    assert parse_cell("on:brief_match=0").with_settings(fam).brief_match == 0
+
+
 def test_context_cost_is_the_engines_not_the_familys() -> None:
     fam = Family(name="f", own_copy_rates=True)
     flat, priced = parse_cell("on:context_cost=false:max_window=8"), parse_cell("on")
@@ -65,6 +71,7 @@ def test_spaces_around_cells_are_dropped_and_empty_entries_skipped() -> None:
     ("on:max_window=0", r"max_window must be at least 1, not 0"),
     ("on:copy_edits=maybe", r"copy_edits takes true or false, not 'maybe'"),
     ("on:max_window=4:max_window=8", r"max_window is set twice"),
+    ("on:brief_match=-1", r"brief_match must be at least 0, not -1"),
 ])
 def test_bad_cells_name_the_cell_and_the_limit(spec: str, message: str) -> None:
     with pytest.raises(LanesError, match=message):

@@ -431,3 +431,13 @@ def test_long_matches_short_matches_and_edited_copies_have_their_own_first_row_h
     assert short is not None and short.match_len == 8 and short.rate_key == "context.short"
     edited = replace(short, applied=(Applied(0, (1,), 1),))
     assert edited.rate_key == "context.first"  # it replays edits the reply was seen making
+
+
+def test_an_unambiguous_propose_refuses_a_match_that_another_occurrence_ties() -> None:
+    idx = ContextIndex(min_match=2, max_match=3)
+    idx.extend([5, 6, 7, 1, 5, 6, 8, 2, 5, 6])
+    # "5 6" occurs twice before the tail: the newest wins a plain propose, none an unambiguous one.
+    assert idx.propose(3) == Window("context", (8, 2, 5), 2)
+    assert idx.propose(3, unambiguous=True) is None
+    idx.extend([8])  # "5 6 8" matches three tokens at one place only
+    assert idx.propose(2, unambiguous=True) == Window("context", (2, 5), 3)

@@ -246,5 +246,11 @@ def test_first_keys_name_how_the_window_was_found() -> None:
     assert first_key("context", short=True) == "context.short"
     assert first_key("recall", short=True) == "recall.short"
     assert first_key("context", resync=True, short=True) == "resync"
-    assert [doubtful(k) for k in ("context.first", "context.short", "resync", "context")] == [
-        False, True, True, False]
+    assert first_key("context", short=True, brief=True) == "context.brief"
+    assert [doubtful(k) for k in ("context.first", "context.short", "resync", "context", "context.brief")] == [
+        False, True, True, False, True]
+    # A brief kind keeps its own histories, apart from the short kind's.
+    rates = CopyRates(doubt_prior=0.45)
+    rates.record_window("context", granted=2, accepted=0, first="context.brief")
+    assert rates.first_rate("context", "context.short") == 0.45
+    assert rates.first_rate("context", "context.brief") == pytest.approx(1.8 / 5)
