@@ -41,6 +41,9 @@ class CellRun:
     rounds_ahead: int = 0  # rounds started before the previous round's tokens reached the host
     rounds_grouped: int = 0  # rounds run as a grouped pass (engine.forward)
     histogram: dict[int, int] = field(default_factory=dict)  # drafts accepted per window -> windows
+    # Lanes cells: each stream's seconds from submit to finish and the rounds it took part in.
+    finish_s: dict[str, float] = field(default_factory=dict)
+    stream_rounds: dict[str, int] = field(default_factory=dict)
 
     @property
     def generated(self) -> int:
@@ -106,6 +109,7 @@ def run_lanes(loaded: LoadedModel, items: list[WorkItem], costs: CostModel, cell
     for it in items:
         f = finished[it.id]
         run.tokens[it.id] = list(f.tokens)
+        run.finish_s[it.id], run.stream_rounds[it.id] = f.stats.seconds, f.stats.rounds
         for src, c in f.stats.rows.items():
             add_rows(run.rows, src, {"tested": c.tested, "accepted": c.accepted, "granted": c.granted})
     return run
@@ -196,6 +200,8 @@ def _summarise(
             for it in items:
                 toks, ref = run.tokens[it.id], reference[it.id]
                 entry: dict[str, Any] = {"id": it.id, "tokens": toks, "equal": toks == ref}
+                if it.id in run.finish_s:  # a reply's own wait, which the aggregate tok/s hides
+                    entry["seconds"], entry["engine_rounds"] = run.finish_s[it.id], run.stream_rounds[it.id]
                 if toks != ref:
                     pos = next((i for i, (a, b) in enumerate(zip(toks, ref, strict=False)) if a != b),
                                min(len(toks), len(ref)))

@@ -45,6 +45,10 @@ def test_bench_runs_every_cell_and_reports_token_equality(tmp_path: Path) -> Non
     ctx = data["cells"]["off"]["rows"]["context"]
     assert ctx["granted"] >= ctx["tested"] >= ctx["accepted"] and ctx["tested"] > 0
     assert 0 <= data["cells"]["on"]["host_fraction"] < 1
+    for rnd in data["cells"]["on"]["rounds"]:  # each reply's own wait, within the run's
+        assert all(0 < s["seconds"] <= rnd["seconds"] and 0 < s["engine_rounds"] <= rnd["engine_rounds"]
+                   for s in rnd["streams"]), rnd["streams"]
+    assert "seconds" not in data["cells"]["mlx-lm-batch"]["rounds"][0]["streams"][0]
     plain = data["cells"]["plain"]["rounds"][0]  # no drafts: nearly every round runs ahead
     assert 0 < plain["rounds_ahead"] < plain["engine_rounds"]
     assert plain["rounds_grouped"] == 0  # grouping needs a stream that drafts
