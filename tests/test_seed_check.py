@@ -59,11 +59,13 @@ def test_resync_windows_are_priced_from_their_own_history(loaded, chat_prompt) -
         sched.step()
     verified = [e for e in events if isinstance(e, RoundStats) and e.draft_rows > 0]
     keys = {e.rate_key for e in verified}
-    assert "resync" in keys and keys <= {"context.first", "context.short", "resync"}, keys
+    # A brief match's probe may come too, depending on how earlier rounds were priced.
+    assert "resync" in keys and keys <= {"context.first", "context.short", "context.brief", "resync"}, keys
     assert all(e.source == "context" for e in verified)
     done = next(e for e in events if isinstance(e, Finished))
     assert {"context", "context.first", "resync"} <= set(done.copy_history) <= {
-        "context", "context.first", "context.short", "context.short.rest", "resync", "resync.rest"}
+        "context", "context.first", "context.short", "context.short.rest", "context.brief", "context.brief.rest",
+        "resync", "resync.rest"}
     resync_rows = sum(e.draft_rows for e in verified if e.rate_key == "resync")
     assert done.stats.rows["context"].granted == sum(e.draft_rows for e in verified)
     assert resync_rows > 0
