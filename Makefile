@@ -28,9 +28,10 @@ FIND_OPENBLAS = for v in openblas-pthread openblas-openmp openblas; do \
 	  if [ -f "$$f" ]; then echo "$$f"; break; fi; \
 	done
 
-# On Linux, MLX's CPU BLAS is the slow reference one unless OpenBLAS is preloaded (~30x).
+# On Linux, MLX's CPU BLAS is the slow reference one unless OpenBLAS is preloaded (~30x), and
+# OpenBLAS needs OPENBLAS_CORETYPE on CPUs newer than it knows (engine/blas.py prints both).
 ifeq ($(UNAME_S),Linux)
-WITH_BLAS = LD_PRELOAD="$$($(FIND_OPENBLAS))"
+WITH_BLAS = env $$($(PY) -m engine.blas)
 else
 WITH_BLAS =
 endif

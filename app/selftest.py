@@ -138,6 +138,11 @@ def check_blas() -> str:
             "the LD_PRELOAD re-exec did not happen"
         )
     note = "" if backend != "reference" else " (slow: install libopenblas0-pthread)"
+    loaded = blas.loaded_openblas()
+    if loaded is not None:
+        note = f" ({blas.openblas_corename(loaded)} kernels)"
+        if blas.slow_path_warning() is not None:
+            raise RuntimeError(blas.slow_path_warning())
     return f"device {device}, BLAS {backend}{note}"
 
 

@@ -141,6 +141,9 @@ def machine() -> dict[str, Any]:
     }
     if mx.default_device() == mx.cpu:
         info["blas"] = blas.blas_backend()
+        loaded = blas.loaded_openblas()
+        if loaded is not None:
+            info["blas_core"] = blas.openblas_corename(loaded)  # the kernels OpenBLAS runs
     else:
         try:
             info["gpu"] = mx.device_info().get("device_name", "")
@@ -267,7 +270,7 @@ def markdown(result: dict[str, Any]) -> str:
     m = result["machine"]
     lines.append("")
     lines.append(f"Model {result['model']}; {n} streams; machine: {m.get('processor')}, {m.get('cores')} cores, "
-                 f"{m.get('device')}" + (f", BLAS {m['blas']}" if "blas" in m else f", {m.get('gpu', '')}"))
+                 f"{m.get('device')}" + (f", BLAS {m['blas']}" + (f" ({m['blas_core']})" if m.get("blas_core") else "") if "blas" in m else f", {m.get('gpu', '')}"))
     if diffs:
         lines += ["", "Streams not token-equal to mlx-lm:", *diffs]
     return "\n".join(lines)

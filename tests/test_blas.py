@@ -30,6 +30,7 @@ PROBE = textwrap.dedent(
     import json, os, sys
     import mlx.core as mx
     from engine import blas
+    real_corename = getattr(blas, "real_corename", blas.openblas_corename)
     a = mx.random.normal((64, 64))
     mx.eval(a @ a)
     print(json.dumps({
@@ -38,6 +39,8 @@ PROBE = textwrap.dedent(
         "argv": sys.argv[1:],
         "guard": os.environ.get(blas.REEXEC_GUARD),
         "preload": os.environ.get("LD_PRELOAD", ""),
+        "coretype": os.environ.get(blas.CORETYPE),
+        "core": real_corename(blas.loaded_openblas()) if blas.loaded_openblas() else None,
     }))
     """
 )
@@ -47,11 +50,19 @@ REEXEC_PROBE = "from engine import blas\nblas.ensure_fast_blas()\n" + PROBE
 
 
 def _env(preload: str | None) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD", blas.REEXEC_GUARD, blas.OPT_OUT)}
+    dropped = ("LD_PRELOAD", blas.REEXEC_GUARD, blas.OPT_OUT, blas.CORETYPE)
+    env = {k: v for k, v in os.environ.items() if k not in dropped}
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)
     if preload is not None:
         env["LD_PRELOAD"] = preload
     return env
+
+
+def _fast_env() -> dict[str, str]:
+    """What ``python -m engine.blas`` says to add (the Makefile's way): OpenBLAS and its kernels."""
+    proc = subprocess.run([sys.executable, "-m", "engine.blas"], check=True, env=_env(None), cwd=REPO,
+                          capture_output=True, text=True, timeout=60)
+    return {**_env(None), **dict(w.split("=", 1) for w in proc.stdout.split())}
 
 
 def _run(args: list[str], env: dict[str, str], cwd: Path = REPO) -> dict:
@@ -77,7 +88,7 @@ def test_openblas_with_preload() -> None:
 @linux_with_openblas
 def test_slow_path_warning_only_on_reference() -> None:
     slow = _run(["-c", PROBE], _env(None))
-    fast = _run(["-c", PROBE], _env(blas.openblas_path()))
+    fast = _run(["-c", PROBE], _fast_env())
     assert slow["warning"] is not None
     assert "30x" in slow["warning"]
     assert "make run" in slow["warning"]
@@ -171,3 +182,95 @@ def test_blas_module_does_not_import_mlx() -> None:
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "False"
+
+
+AVX512 = frozenset({"avx2", "fma", "avx512f", "avx512cd", "avx512bw", "avx512dq", "avx512vl"})
+LIB = "/usr/lib/x86_64-linux-gnu/openblas-pthread/libblas.so.3"
+has_avx2 = pytest.mark.skipif(
+    not {"avx2", "fma"} <= blas.cpu_flags(), reason="needs an x86-64 CPU with AVX2 and FMA"
+)
+
+
+@pytest.mark.parametrize(
+    ("core", "flags", "want"),
+    [
+        ("Prescott", AVX512, "SkylakeX"),  # Debian's OpenBLAS 0.3.21 on a 5th-gen Xeon (model 207)
+        ("Prescott", {"avx2", "fma"}, "Haswell"),
+        ("Sandybridge", {"avx", "avx2", "fma"}, "Haswell"),
+        ("Prescott", {"avx2", "fma", "avx512f"}, "Haswell"),  # SkylakeX kernels need bw, dq, vl, cd too
+        ("Prescott", {"sse3", "avx"}, None),  # nothing better to offer
+        ("Zen", AVX512, None),
+        ("Haswell", AVX512, None),
+        ("SkylakeX", AVX512, None),
+        (None, AVX512, None),  # not an OpenBLAS that says
+    ],
+)
+def test_coretype_override(core: str | None, flags: set[str], want: str | None) -> None:
+    assert blas.coretype_override(core, frozenset(flags)) == want
+
+
+def test_fast_blas_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    cores: dict[str, str] = {}
+    monkeypatch.setattr(sys, "platform", "linux")
+    monkeypatch.setattr(blas, "openblas_path", lambda: LIB)
+    monkeypatch.setattr(blas, "_x86_64", lambda: True)
+    monkeypatch.setattr(blas, "cpu_flags", lambda: AVX512)
+    monkeypatch.setattr(blas, "openblas_corename", lambda lib: cores.get(lib, "Prescott"))
+    core = blas.CORETYPE
+    assert blas.fast_blas_env({}) == {"LD_PRELOAD": LIB, core: "SkylakeX"}
+    assert blas.fast_blas_env({"LD_PRELOAD": "/lib/libm.so.6"}) == {"LD_PRELOAD": f"{LIB} /lib/libm.so.6",
+                                                                   core: "SkylakeX"}
+    assert blas.fast_blas_env({"LD_PRELOAD": LIB}) == {core: "SkylakeX"}  # preloaded (make): only the kernels
+    assert blas.fast_blas_env({"LD_PRELOAD": LIB, core: "Haswell"}) == {}  # a choice already made stands
+    cores[LIB] = "Zen"
+    assert blas.fast_blas_env({}) == {"LD_PRELOAD": LIB}
+    assert blas.fast_blas_env({"LD_PRELOAD": LIB}) == {}
+    monkeypatch.setattr(blas, "openblas_path", lambda: None)
+    assert blas.fast_blas_env({}) == {}
+
+
+@linux_with_openblas
+@has_avx2
+def test_reexec_gives_openblas_the_kernels_the_cpu_allows(tmp_path: Path) -> None:
+    # This process pretends OpenBLAS detected Prescott on an AVX2 CPU; the re-executed one is not
+    # patched, so the kernels it reports are the ones OpenBLAS really loaded.
+    script = tmp_path / "probe.py"
+    script.write_text(
+        "from engine import blas\n"
+        "blas.real_corename = blas.openblas_corename\n"
+        "blas.openblas_corename = lambda lib: 'Prescott'\n"
+        "blas.cpu_flags = lambda: frozenset({'avx2', 'fma'})\n"
+        "blas.ensure_fast_blas()\n" + PROBE
+    )
+    out = _run([str(script)], _env(None), cwd=tmp_path)
+    assert out["guard"] == "1"
+    assert out["coretype"] == "Haswell"
+    assert out["core"] == "Haswell"
+
+
+@linux_with_openblas
+@has_avx2
+def test_warning_when_openblas_runs_older_kernels_than_the_cpu() -> None:
+    env = _env(blas.openblas_path())
+    env[blas.CORETYPE] = "Prescott"  # OpenBLAS reads it at load; the probe then forgets it was asked for
+    out = _run(["-c", f"import os\nos.environ.pop({blas.CORETYPE!r})\n" + PROBE], env)
+    assert out["core"] == "Prescott"
+    better = blas.coretype_override("Prescott", blas.cpu_flags())
+    assert out["warning"] is not None
+    assert "Prescott" in out["warning"]
+    assert f"{blas.CORETYPE}={better}" in out["warning"]
+    env[blas.CORETYPE] = better
+    fine = _run(["-c", PROBE], env)
+    assert fine["core"] == better
+    assert fine["warning"] is None
+
+
+@linux_with_openblas
+def test_make_prints_the_preload_and_kernels() -> None:
+    # The Makefile runs pytest and benchmarks under `env $(python -m engine.blas) ...`.
+    env = _fast_env()
+    assert env["LD_PRELOAD"] == blas.openblas_path()
+    out = _run(["-c", PROBE], env)
+    assert out["backend"] == "openblas"
+    assert blas.coretype_override(out["core"], blas.cpu_flags()) is None  # the kernels fit this CPU
+    assert out["warning"] is None
