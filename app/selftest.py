@@ -141,8 +141,9 @@ def check_blas() -> str:
     loaded = blas.loaded_openblas()
     if loaded is not None:
         note = f" ({blas.openblas_corename(loaded)} kernels)"
-        if blas.slow_path_warning() is not None:
-            raise RuntimeError(blas.slow_path_warning())
+        warning = blas.slow_path_warning()  # kernels older than the CPU: the re-exec did not set them
+        if warning is not None:
+            raise RuntimeError(warning)
     return f"device {device}, BLAS {backend}{note}"
 
 
