@@ -268,9 +268,13 @@ def markdown(result: dict[str, Any]) -> str:
         for name, c in cells.items() for i, r in enumerate(c["rounds"]) for s in r["streams"] if not s["equal"]
     ]
     m = result["machine"]
+    if "blas" in m:
+        backend = f"BLAS {m['blas']}" + (f" ({m['blas_core']})" if m.get("blas_core") else "")
+    else:
+        backend = m.get("gpu", "")
     lines.append("")
     lines.append(f"Model {result['model']}; {n} streams; machine: {m.get('processor')}, {m.get('cores')} cores, "
-                 f"{m.get('device')}" + (f", BLAS {m['blas']}" + (f" ({m['blas_core']})" if m.get("blas_core") else "") if "blas" in m else f", {m.get('gpu', '')}"))
+                 f"{m.get('device')}, {backend}")
     if diffs:
         lines += ["", "Streams not token-equal to mlx-lm:", *diffs]
     return "\n".join(lines)

@@ -116,6 +116,14 @@ def _x86_64() -> bool:
     return platform.machine().lower() in ("x86_64", "amd64")
 
 
+def _kernels(library: str) -> tuple[str | None, str | None]:
+    """(the kernels OpenBLAS ``library`` runs, the ``OPENBLAS_CORETYPE`` this CPU wants instead or None)."""
+    if not _x86_64():
+        return None, None
+    core = openblas_corename(library)
+    return core, coretype_override(core, cpu_flags())
+
+
 def fast_blas_env(env: Mapping[str, str]) -> dict[str, str]:
     """The variables to add to ``env`` for MLX's fast CPU path on Linux: ``LD_PRELOAD`` and, where
     OpenBLAS would pick old kernels, ``OPENBLAS_CORETYPE``. Empty when nothing is missing.
@@ -129,10 +137,10 @@ def fast_blas_env(env: Mapping[str, str]) -> dict[str, str]:
     if library is None:
         return {}
     extra = {} if preloaded else {"LD_PRELOAD": " ".join([library, *_preloaded_entries(env)])}
-    if not env.get(CORETYPE) and _x86_64():
-        core = coretype_override(openblas_corename(library), cpu_flags())
-        if core is not None:
-            extra[CORETYPE] = core
+    if not env.get(CORETYPE):
+        better = _kernels(library)[1]
+        if better is not None:
+            extra[CORETYPE] = better
     return extra
 
 
@@ -250,9 +258,10 @@ def slow_path_warning() -> str | None:
     backend = blas_backend()
     if backend == "openblas":
         loaded = loaded_openblas()
-        core = openblas_corename(loaded) if loaded and _x86_64() else None
-        better = coretype_override(core, cpu_flags())
-        if better is None or os.environ.get(CORETYPE):
+        if loaded is None or os.environ.get(CORETYPE):
+            return None
+        core, better = _kernels(loaded)
+        if better is None:
             return None
         return (
             f"OpenBLAS ({loaded}) runs its {core} kernels, older than this CPU's: set "
