@@ -85,6 +85,7 @@ class RoundStats:
     forward_s: float
     host_s: float
     rate_key: str | None = None  # history its first row was priced from: "context.first", "context.short", "resync"...
+    prefill_rows: int = 0  # prompt tokens of a joining stream that rode in the same pass
 
 
 @dataclass(frozen=True)

@@ -181,6 +181,14 @@ class LaneCache:
         assert 0 <= kept <= self._width
         self.lengths[row] += kept
 
+    def save(self) -> tuple[list[mx.array | None], list[mx.array | None]]:
+        """The buffers as they are now, for ``restore`` (arrays are immutable: references suffice)."""
+        return list(self.keys), list(self.values)
+
+    def restore(self, saved: tuple[list[mx.array | None], list[mx.array | None]]) -> None:
+        """Put back buffers from ``save``: a pass that raised leaves nothing, not even a lazy graph."""
+        self.keys, self.values = list(saved[0]), list(saved[1])
+
     def end_round(self) -> None:
         self._offsets = None
         self._mask = None

@@ -1,9 +1,11 @@
 """Shared rounds: every active stream advances in one batched forward pass.
 
-``Scheduler.step()`` runs one round for the active streams, then at most one
-prefill chunk of a joining stream, so a long prompt stalls running streams by at
-most one chunk. It runs on whichever single thread owns MLX (the engine thread, or
-the benchmark's main thread) and reports through ``emit``.
+``Scheduler.step()`` runs one round for the active streams and at most one
+prefill chunk of a joining stream. Where the model has grouped passes
+(``engine.forward``) the chunk rides in the round's own pass, so running streams
+keep their pace while a long prompt joins; elsewhere it runs after the round, and
+stalls them by at most one chunk. It runs on whichever single thread owns MLX
+(the engine thread, or the benchmark's main thread) and reports through ``emit``.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from engine.costmodel import (
 )
 from engine.errors import LanesError, PromptTooLongError
 from engine.events import Event, Failed, Finished, Origin, ReplyStats, Request, RoundStats, Tokens
-from engine.forward import ROW_MULTIPLE, grouped_logits, supports_grouped
+from engine.forward import ROW_MULTIPLE, Chunk, grouped_logits, supports_grouped
 from engine.lanecache import LaneCache
 from engine.models import LoadedModel
 from engine.stream import Stream
@@ -41,7 +43,11 @@ from engine.verify import adjusted_probs, verify_greedy, verify_sampled
 
 log = logging.getLogger(__name__)
 
+# Prompt tokens per prefill chunk. On the CPU a chunk of 128 prefills as fast per token as one of
+# 512 (the attention a long chunk adds costs as much as the passes it saves) and costs a round
+# ~0.5 s instead of ~3 s; on a GPU passes are cheap and fewer chunks win.
 PREFILL_CHUNK = 512
+CPU_PREFILL_CHUNK = 128
 
 
 @dataclass
@@ -87,6 +93,7 @@ class Scheduler:
         self.costs = costs if costs is not None else CostModel()
         self.costs.grouped = supports_grouped(self.model)  # rounds may be grouped (engine.forward)
         self.row_multiple = ROW_MULTIPLE if loaded.device == "cpu" else 1
+        self.prefill_chunk = CPU_PREFILL_CHUNK if loaded.device == "cpu" else PREFILL_CHUNK
         self.conversations = conversations if conversations is not None else ConversationCache()
         self.lanes = LaneCache(loaded.n_layers)
         self.active: list[Stream] = []  # row i of self.lanes is self.active[i]
@@ -97,7 +104,9 @@ class Scheduler:
         self.histogram: dict[int, int] = {}  # drafts accepted per verified window -> windows
         self.ahead: RunAhead | None = None
         self.rounds_ahead = 0  # rounds that ran ahead (see _run_ahead)
-        self.rounds_grouped = 0  # rounds run as a grouped pass (engine.forward)
+        self.rounds_grouped = 0  # rounds the cost model ran as a grouped pass (engine.forward)
+        self.chunks_ridden = 0  # prefill chunks computed inside a round's (grouped) pass
+        self.apart = False  # a pass with a chunk in it raised and was undone: run round and chunk apart
 
     # -- requests ------------------------------------------------------------
     def prompt_tokens(self, request: Request) -> list[int]:
@@ -161,10 +170,14 @@ class Scheduler:
     # -- the loop ------------------------------------------------------------
     def step(self) -> None:
         self._drop_cancelled()
+        rode = False
         if self.active:
-            self._round()
+            rode = self._round(self._rider())
+            if self.apart:  # that pass raised and was undone: the round alone, then the chunk alone
+                self.apart = False
+                self._round()
         if self.joining:
-            self._prefill_chunk()
+            self._prefill_chunk(compute=not rode)
 
     def calibrate(self, repeats: int = 2) -> None:
         """Time the forward pass at a few shapes on this machine (before any stream).
@@ -233,12 +246,27 @@ class Scheduler:
                 s.stop_reason = "cancelled"
                 self._leave(row)
 
-    def _prefill_chunk(self) -> None:
+    def _chunk_end(self, job: Joining) -> int:
+        return min(job.done + self.prefill_chunk, len(job.stream.prompt) - 1)
+
+    def _rider(self) -> Joining | None:
+        """The joining stream whose next chunk can ride in this round's pass, if any.
+
+        Not while a round that ran ahead is pending: its pass is already queued.
+        """
+        if not self.joining or self.ahead is not None or not self.costs.grouped:
+            return None
+        job = self.joining[0]
+        return job if self._chunk_end(job) > job.done else None
+
+    def _prefill_chunk(self, compute: bool = True) -> None:
+        """Prefill the first joining stream's next chunk (unless it rode in the round: ``compute``
+        False), and move it to the active streams once its prompt is in."""
         job = self.joining[0]
         s = job.stream
         try:
-            end = min(job.done + PREFILL_CHUNK, len(s.prompt) - 1)
-            if end > job.done:
+            end = self._chunk_end(job)
+            if compute and end > job.done:
                 # The transformer body only: prefill needs keys and values, not logits, and the
                 # vocabulary projection is a fifth of this model's compute.
                 body = getattr(self.model, "model", self.model)
@@ -274,7 +302,8 @@ class Scheduler:
             rows = [0] * len(self.active)
         return RoundPlan(list(self.active), windows, rows)
 
-    def _round(self) -> None:
+    def _round(self, rider: Joining | None = None) -> bool:
+        """One shared round; ``rider``'s next prompt chunk goes in its pass. Returns whether it did."""
         t_start = time.perf_counter()
         self.round += 1
         plan = self._plan()
@@ -287,9 +316,13 @@ class Scheduler:
         ahead = self._claim_ahead(plan, width)
         wide = sum(1 for d in drafts if d)
         keys = max(self.lanes.lengths)  # the longest context: a padded pass attends every stream over it
-        grouped = ahead is None and self.costs.groups_pay(batch, width, wide, keys)
+        chunk = None
+        if rider is not None and ahead is None:
+            chunk = Chunk(rider.stream.prompt[rider.done : self._chunk_end(rider)], rider.caches)
+        grouped = chunk is not None or (ahead is None and self.costs.groups_pay(batch, width, wide, keys))
+        saved = (self.lanes.save(), chunk.save()) if chunk is not None else None
         if grouped:
-            self.rounds_grouped += 1
+            self.rounds_grouped += chunk is None  # rounds with a chunk are counted in chunks_ridden
             groups = self.lanes.begin_grouped([len(r) for r in rows])
         else:
             self.lanes.begin_round(width)
@@ -298,7 +331,7 @@ class Scheduler:
             if ahead is not None:
                 choices, picked = ahead, []
             elif grouped:
-                flat = grouped_logits(self.model, self.lanes, groups, rows, self.row_multiple)
+                flat = grouped_logits(self.model, self.lanes, groups, rows, self.row_multiple, chunk)
                 starts = list(itertools.accumulate((len(r) for r in rows), initial=0))
                 pad = [[starts[i] + min(j, len(r) - 1) for j in range(width)] for i, r in enumerate(rows)]
                 choices = mx.argmax(flat, axis=-1)[mx.array(pad, dtype=mx.int32)]
@@ -310,14 +343,26 @@ class Scheduler:
                 choices = mx.argmax(logits, axis=-1)
                 picked = [logits[i, : len(drafts[i]) + 1] for i in sampling]
             advanced = self._run_ahead(plan, width, sampling, choices)
-            mx.eval(choices, *picked)
+            mx.eval(choices, *picked, *([c.keys for c in chunk.caches] if chunk is not None else []))
         except Exception as exc:
             self.ahead = None
             self.lanes.end_round()
+            if chunk is not None and saved is not None:
+                # Whose fault is unknown: undo the whole pass (not counted as a round) and let step()
+                # run the round and the chunk apart, so the fault lands on whoever caused it.
+                self.lanes.restore(saved[0])
+                chunk.restore(saved[1])
+                self.round -= 1
+                self.apart = True
+                log.warning("a round with a prompt chunk in its pass raised (%s); running them apart", exc)
+                return False
             for row in reversed(range(len(plan.streams))):
                 self._fail_row(row, exc)
-            return
+            return False
         forward_s = time.perf_counter() - t_fwd
+        if chunk is not None and rider is not None:
+            rider.done += len(chunk.tokens)
+            self.chunks_ridden += 1
         choice_rows = choices.tolist()
         sampled = dict(zip(sampling, picked, strict=True))
 
@@ -349,7 +394,8 @@ class Scheduler:
                 self.emit(
                     RoundStats(s.id, self.round, batch, width, len(d), accepted, source, forward_s,
                                time.perf_counter() - t_start - forward_s,
-                               window.rate_key if window is not None else None)
+                               window.rate_key if window is not None else None,
+                               len(chunk.tokens) if chunk is not None else 0)
                 )
                 if s.stop_reason is not None:
                     done.append(i)
@@ -365,9 +411,11 @@ class Scheduler:
         host_s = time.perf_counter() - t_start - forward_s
         self.forward_s += forward_s
         self.host_s += host_s
-        if ahead is None:  # a round that ran ahead waited for part of a pass, not a whole one
+        # A round that ran ahead waited for part of a pass, one with a chunk for more than its rows.
+        if ahead is None and chunk is None:
             self.costs.observe(batch, width, forward_s, wide if grouped else None, keys)
         self.costs.observe_overhead(host_s)
+        return chunk is not None
 
     def _claim_ahead(self, plan: RoundPlan, width: int) -> mx.array | None:
         """This round's choices if a round that ran ahead computed it, else None (dropping it).

@@ -52,6 +52,7 @@ def test_bench_runs_every_cell_and_reports_token_equality(tmp_path: Path) -> Non
     plain = data["cells"]["plain"]["rounds"][0]  # no drafts: nearly every round runs ahead
     assert 0 < plain["rounds_ahead"] < plain["engine_rounds"]
     assert plain["rounds_grouped"] == 0  # grouping needs a stream that drafts
+    assert plain["chunks_ridden"] >= 1  # the second prompt was prefilled in the first stream's rounds
     assert set(data["grouped_costs_ms"]) == {"4x8/1", "4x16/1"}  # calibrated, as the padded shapes are
     per_key = data["context_cost_us_per_key"]  # fitted from passes timed at 64 and 1,024 keys
     assert per_key["per_stream"] + per_key["per_row"] > 0

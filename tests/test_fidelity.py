@@ -90,6 +90,7 @@ def test_greedy_equals_mlx_lm_under_adversarial_drafts(loaded, reference, chat_p
             assert sched.lanes.lengths[row] == len(s.prompt) + len(s.output) - 1
 
     assert (sched.rounds_grouped > 0) == grouped
+    assert sched.chunks_ridden > 0  # streams joined while others ran: their chunks rode in passes
     done = {e.request_id: e for e in events if isinstance(e, Finished)}
     assert len(done) == len(texts)
     for rid, ref in refs_by_id.items():
@@ -126,19 +127,21 @@ def test_copy_drafts_land_and_match(loaded, reference, chat_prompt, monkeypatch,
     assert 10 < len(copied) <= accepted
 
 
-def test_long_prompt_prefills_in_chunks_between_rounds(loaded, reference, chat_prompt) -> None:
-    """A stream joining with a long prompt stalls the running ones by at most one chunk a round."""
+@pytest.mark.parametrize("ride", [True, False], ids=["in-the-pass", "apart"])
+def test_long_prompt_prefills_chunk_by_chunk(loaded, reference, chat_prompt, ride: bool) -> None:
+    """A stream joining with a long prompt is prefilled one chunk a round: in the round's own pass
+    where the model has grouped passes (``ride``), else after it. Running streams get a round every
+    step either way, and every token equals mlx-lm's."""
     from engine.events import RoundStats
-    from engine.scheduler import PREFILL_CHUNK
 
     events: list[Event] = []
     sched = Scheduler(loaded, events.append)
+    sched.costs.grouped = ride  # what a model without grouped passes gets
     running = Request(prompt_tokens=tuple(chat_prompt(prompts.OPEN)), max_tokens=40)
     sched.submit(running)
     sched.step()  # prefill
-    long_text = prompts.CODE * 12
-    joining = Request(prompt_tokens=tuple(chat_prompt(long_text)), max_tokens=8)
-    chunks = -(-(len(joining.prompt_tokens or ()) - 1) // PREFILL_CHUNK)
+    joining = Request(prompt_tokens=tuple(chat_prompt(prompts.CODE * 4)), max_tokens=8)
+    chunks = -(-(len(joining.prompt_tokens or ()) - 1) // sched.prefill_chunk)
     assert chunks >= 2
     sched.submit(joining)
     rounds_while_joining = 0
@@ -149,10 +152,52 @@ def test_long_prompt_prefills_in_chunks_between_rounds(loaded, reference, chat_p
         assert after - before == 1  # every step still ran one round for the running stream
         rounds_while_joining += 1
     assert rounds_while_joining == chunks
+    ridden = [e.prefill_rows for e in events if isinstance(e, RoundStats) and e.request_id == running.id]
+    if ride:
+        assert sum(ridden) == len(joining.prompt_tokens or ()) - 1
+        assert max(ridden) == sched.prefill_chunk and sched.chunks_ridden == chunks
+    else:
+        assert not any(ridden) and sched.chunks_ridden == 0
     while sched.busy:
         sched.step()
     done = {e.request_id: e for e in events if isinstance(e, Finished)}
     assert list(done[running.id].tokens) == reference(list(running.prompt_tokens or ()), 40)
+    assert list(done[joining.id].tokens) == reference(list(joining.prompt_tokens or ()), 8)
+
+
+def test_a_shared_pass_that_raises_is_undone_and_run_apart(loaded, reference, chat_prompt, monkeypatch) -> None:
+    """A fault inside a pass that carries a prompt chunk fails nobody: the pass is undone (the lane
+    buffers and the chunk's caches, several layers of which were already written) and the round and
+    the chunk run apart next step."""
+    import engine.forward as forward_mod
+    from engine.events import Failed, RoundStats
+
+    real = forward_mod._chunk_attention
+    calls = {"n": 0}
+
+    def faulty(attn, cache, q, k, v):
+        calls["n"] += 1
+        if calls["n"] == 6:  # layer 5 of the first pass with a chunk
+            raise RuntimeError("injected")
+        return real(attn, cache, q, k, v)
+
+    monkeypatch.setattr(forward_mod, "_chunk_attention", faulty)
+    events: list[Event] = []
+    sched = Scheduler(loaded, events.append)
+    running = Request(prompt_tokens=tuple(chat_prompt(prompts.OPEN)), max_tokens=24)
+    sched.submit(running)
+    sched.step()
+    joining = Request(prompt_tokens=tuple(chat_prompt(prompts.CODE * 4)), max_tokens=8)
+    sched.submit(joining)
+    sched.step()  # the pass raises in layer 5: undone, then the round and the chunk run apart
+    assert calls["n"] == 6 and sched.chunks_ridden == 0 and sched.joining[0].done == sched.prefill_chunk
+    assert [e.round for e in events if isinstance(e, RoundStats)] == [1]  # the running stream's round
+    while sched.busy:
+        sched.step()
+    assert not [e for e in events if isinstance(e, Failed)]
+    assert sched.chunks_ridden >= 1  # later chunks rode again
+    done = {e.request_id: e for e in events if isinstance(e, Finished)}
+    assert list(done[running.id].tokens) == reference(list(running.prompt_tokens or ()), 24)
     assert list(done[joining.id].tokens) == reference(list(joining.prompt_tokens or ()), 8)
 
 

@@ -6,7 +6,7 @@ import mlx.core as mx
 import pytest
 from mlx_lm.models.cache import KVCache
 
-from engine.forward import ROW_MULTIPLE, grouped_logits, supports_grouped
+from engine.forward import ROW_MULTIPLE, Chunk, grouped_logits, supports_grouped
 from engine.lanecache import LaneCache
 
 pytestmark = pytest.mark.model
@@ -55,6 +55,41 @@ def test_grouped_pass_matches_the_padded_pass(loaded, widths: list[int], row_mul
             assert mx.abs(mk - pk).max().item() < 1e-3
             old = slice(0, lengths[b])
             assert mx.array_equal(lanes.keys[layer][b, :, old], padded_lanes.keys[layer][b, :, old]).item()
+
+
+@pytest.mark.parametrize("row_multiple", [1, ROW_MULTIPLE])
+@pytest.mark.parametrize("chunk_len", [1, 37])
+def test_a_prompt_chunk_rides_in_the_pass(loaded, row_multiple: int, chunk_len: int) -> None:
+    """A chunk in a grouped pass leaves the rounds' logits as they were without it and fills its
+    caches as mlx-lm's own prefill of those tokens does."""
+    widths, lengths = [5, 1, 1], [40, 49, 58]
+    rows = [[(31 * b + 5 * j) % 5000 + 50 for j in range(w)] for b, w in enumerate(widths)]
+    before = [(11 * i) % 4000 + 70 for i in range(23)]
+    tokens = [(17 * i) % 4000 + 90 for i in range(chunk_len)]
+
+    def prefilled() -> list[KVCache]:
+        caches = [KVCache() for _ in range(loaded.n_layers)]
+        loaded.model.model(mx.array([before], dtype=mx.int32), cache=caches)
+        return caches
+
+    alone_lanes = lanes_with(loaded, lengths)
+    alone = grouped_logits(loaded.model, alone_lanes, alone_lanes.begin_grouped(widths), rows, row_multiple)
+    theirs = prefilled()
+    loaded.model.model(mx.array([tokens], dtype=mx.int32), cache=theirs)
+
+    lanes, mine = lanes_with(loaded, lengths), prefilled()
+    riding = grouped_logits(loaded.model, lanes, lanes.begin_grouped(widths), rows, row_multiple,
+                            Chunk(tokens, mine))
+
+    assert riding.shape == alone.shape
+    assert mx.array_equal(mx.argmax(riding, axis=-1), mx.argmax(alone, axis=-1)).item()
+    assert mx.abs(riding - alone).max().item() < 1e-3
+    for m, t in zip(mine, theirs, strict=True):
+        assert m.offset == t.offset == len(before) + chunk_len
+    for layer in (0, loaded.n_layers - 1):
+        m, t = mine[layer], theirs[layer]
+        assert mx.abs(m.keys[..., : m.offset, :] - t.keys[..., : t.offset, :]).max().item() < 1e-3
+        assert mx.abs(m.values[..., : m.offset, :] - t.values[..., : t.offset, :]).max().item() < 1e-3
 
 
 def test_other_architectures_are_not_grouped() -> None:
