@@ -30,13 +30,14 @@ pace while a long prompt joins.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import mlx.core as mx
 import mlx.nn as nn
 from mlx_lm.models.cache import KVCache
 
+from engine import hostexp
 from engine.lanecache import Group, LaneCache
 
 ROW_MULTIPLE = 16  # on the CPU, flattened rows beyond 8 are padded up to a multiple of this
@@ -72,26 +73,52 @@ def grouped_logits(
     rows: Sequence[Sequence[int]],
     row_multiple: int = 1,
     chunk: Chunk | None = None,
+    host_exp: bool = False,
 ) -> mx.array:
     """Logits ``[sum(len(r) for r in rows), vocab]``: stream i's rows ``rows[i]``, streams in order.
 
     ``groups`` come from ``lanes.begin_grouped([len(r) for r in rows])``; this writes each stream's
     new keys and values into ``lanes`` as a padded round would (the caller advances the lengths).
-    A ``chunk`` is appended to its caches (their offsets advance by its length).
+    A ``chunk`` is appended to its caches (their offsets advance by its length). ``host_exp`` runs
+    softmax and SiLU through numpy (``engine.hostexp``; CPU only).
     """
+    n = sum(len(r) for r in rows)
+    # The output head sees as many rows as it would without a chunk (so the same matrix shapes).
+    head = n + (-n % row_multiple if row_multiple > 1 and n > 8 else 0)
+    h = _body(model, lanes, groups, rows, row_multiple, chunk, host_exp)
+    inner = model.model
+    h = inner.norm(h[:, : min(head, h.shape[1])])
+    out = inner.embed_tokens.as_linear(h) if model.args.tie_word_embeddings else model.lm_head(h)
+    return out[0, :n]
+
+
+def prefill(model: nn.Module, chunk: Chunk, row_multiple: int = 1, host_exp: bool = False) -> None:
+    """Append ``chunk`` to its caches (the transformer body only: prefill needs no logits)."""
+    _body(model, LaneCache(len(chunk.caches)), [], [], row_multiple, chunk, host_exp)
+    mx.eval([c.keys for c in chunk.caches], [c.values for c in chunk.caches])
+
+
+def _body(
+    model: nn.Module,
+    lanes: LaneCache,
+    groups: Sequence[Group],
+    rows: Sequence[Sequence[int]],
+    row_multiple: int,
+    chunk: Chunk | None,
+    host_exp: bool,
+) -> mx.array:
+    """The hidden states after the last layer, ``[1, flat rows, dims]``: the streams' rows in order,
+    then the chunk's, then dummy rows."""
     starts, n = [], 0
     for r in rows:
         starts.append(n)
         n += len(r)
     flat = [t for r in rows for t in r]
-    # The output head sees as many rows as it would without a chunk (so the same matrix shapes).
-    head = n + (-n % row_multiple if row_multiple > 1 and n > 8 else 0)
     c = len(chunk.tokens) if chunk is not None else 0
     if chunk is not None:
         flat += list(chunk.tokens)
     if row_multiple > 1 and len(flat) > 8:
         flat += [flat[-1]] * (-len(flat) % row_multiple)  # dummy rows: computed, never attended or kept
-    head = min(head, len(flat))
     # A group's padded slots read real rows of the flat sequence (a slot past a stream's own rows
     # repeats its last one, as a padded round does); the kept outputs are put back in flat order.
     pads = [mx.array([starts[row] + min(j, len(rows[row]) - 1) for row in g.rows for j in range(g.width)],
@@ -101,6 +128,7 @@ def grouped_logits(
     kept = [(row, j) for g in groups for row in g.rows for j in range(len(rows[row]))]
     slot = {ij: p for p, ij in enumerate(kept)}
     unpad = mx.array([slot[(i, j)] for i, r in enumerate(rows) for j in range(len(r))], dtype=mx.int32)
+    sdpa = hostexp.attention if host_exp else _fast_attention
 
     inner = model.model
     h = inner.embed_tokens(mx.array(flat, dtype=mx.int32)[None])
@@ -117,23 +145,27 @@ def grouped_logits(
             qg = attn.rope(qg, offset=g.offsets)
             kg = attn.rope(kg, offset=g.offsets)
             keys, values = lanes.write_group(li, g, kg, vg)
-            o = mx.fast.scaled_dot_product_attention(qg, keys, values, scale=attn.scale, mask=g.mask)
+            o = sdpa(qg, keys, values, attn.scale, g.mask)
             outs.append(o.transpose(0, 2, 1, 3).reshape(b * w, -1)[keep])
-        o = (mx.concatenate(outs) if len(outs) > 1 else outs[0])[unpad]
-        tail = [o]
+        tail = [(mx.concatenate(outs) if len(outs) > 1 else outs[0])[unpad]] if outs else []
         if chunk is not None:
-            tail.append(_chunk_attention(attn, chunk.caches[li], q[n : n + c], k[n : n + c], v[n : n + c]))
+            tail.append(_chunk_attention(attn, chunk.caches[li], q[n : n + c], k[n : n + c], v[n : n + c], sdpa))
         if len(flat) > n + c:
-            tail.append(mx.zeros((len(flat) - n - c, o.shape[1]), dtype=o.dtype))
-        o = mx.concatenate(tail) if len(tail) > 1 else o
+            tail.append(mx.zeros((len(flat) - n - c, q.shape[1]), dtype=q.dtype))
+        o = mx.concatenate(tail) if len(tail) > 1 else tail[0]
         h = h + attn.o_proj(o[None])
-        h = h + layer.mlp(layer.post_attention_layernorm(h))
-    h = inner.norm(h[:, :head])
-    out = inner.embed_tokens.as_linear(h) if model.args.tie_word_embeddings else model.lm_head(h)
-    return out[0, :n]
+        y = layer.post_attention_layernorm(h)
+        h = h + (hostexp.mlp(layer.mlp, y) if host_exp else layer.mlp(y))
+    return h
 
 
-def _chunk_attention(attn: nn.Module, cache: KVCache, q: mx.array, k: mx.array, v: mx.array) -> mx.array:
+def _fast_attention(q: mx.array, k: mx.array, v: mx.array, scale: float, mask: mx.array | str | None) -> mx.array:
+    return mx.fast.scaled_dot_product_attention(q, k, v, scale=scale, mask=mask)
+
+
+def _chunk_attention(
+    attn: nn.Module, cache: KVCache, q: mx.array, k: mx.array, v: mx.array, sdpa: Callable[..., mx.array]
+) -> mx.array:
     """One layer's attention for a chunk's rows ``[c, dims]``, as mlx-lm's llama prefill runs it."""
     c = q.shape[0]
     q = q.reshape(1, c, attn.n_heads, -1).transpose(0, 2, 1, 3)
@@ -142,6 +174,5 @@ def _chunk_attention(attn: nn.Module, cache: KVCache, q: mx.array, k: mx.array, 
     q = attn.rope(q, offset=cache.offset)
     k = attn.rope(k, offset=cache.offset)
     keys, values = cache.update_and_fetch(k, v)
-    o = mx.fast.scaled_dot_product_attention(q, keys, values, scale=attn.scale, mask="causal" if c > 1 else None)
+    o = sdpa(q, keys, values, attn.scale, "causal" if c > 1 else None)
     return o.transpose(0, 2, 1, 3).reshape(c, -1)
-

@@ -35,7 +35,7 @@ from engine.costmodel import (
 )
 from engine.errors import LanesError, PromptTooLongError
 from engine.events import Event, Failed, Finished, Origin, ReplyStats, Request, RoundStats, Tokens
-from engine.forward import ROW_MULTIPLE, Chunk, grouped_logits, supports_grouped
+from engine.forward import ROW_MULTIPLE, Chunk, grouped_logits, prefill, supports_grouped
 from engine.lanecache import LaneCache
 from engine.models import LoadedModel
 from engine.stream import Stream
@@ -94,6 +94,8 @@ class Scheduler:
         self.costs.grouped = supports_grouped(self.model)  # rounds may be grouped (engine.forward)
         self.row_multiple = ROW_MULTIPLE if loaded.device == "cpu" else 1
         self.prefill_chunk = CPU_PREFILL_CHUNK if loaded.device == "cpu" else PREFILL_CHUNK
+        # Softmax and SiLU on numpy (engine.hostexp): every pass of several rows runs grouped then.
+        self.host_exp = loaded.device == "cpu" and self.costs.grouped
         self.conversations = conversations if conversations is not None else ConversationCache()
         self.lanes = LaneCache(loaded.n_layers)
         self.active: list[Stream] = []  # row i of self.lanes is self.active[i]
@@ -223,9 +225,10 @@ class Scheduler:
         best = float("inf")
         for _ in range(repeats + 1):
             t0 = time.perf_counter()
-            if grouped:
+            if grouped or (self.host_exp and width > 1):
                 groups = lanes.begin_grouped(widths)
-                logits = grouped_logits(self.model, lanes, groups, [[0] * w for w in widths], self.row_multiple)
+                logits = grouped_logits(self.model, lanes, groups, [[0] * w for w in widths], self.row_multiple,
+                                        host_exp=self.host_exp)
             else:
                 lanes.begin_round(width)
                 logits = self.model(mx.zeros((len(widths), width), dtype=mx.int32), cache=lanes.views)
@@ -266,7 +269,10 @@ class Scheduler:
         s = job.stream
         try:
             end = self._chunk_end(job)
-            if compute and end > job.done:
+            if compute and end > job.done and self.host_exp:
+                prefill(self.model, Chunk(s.prompt[job.done : end], job.caches), self.row_multiple, self.host_exp)
+                job.done = end
+            elif compute and end > job.done:
                 # The transformer body only: prefill needs keys and values, not logits, and the
                 # vocabulary projection is a fifth of this model's compute.
                 body = getattr(self.model, "model", self.model)
@@ -319,7 +325,9 @@ class Scheduler:
         chunk = None
         if rider is not None and ahead is None:
             chunk = Chunk(rider.stream.prompt[rider.done : self._chunk_end(rider)], rider.caches)
-        grouped = chunk is not None or (ahead is None and self.costs.groups_pay(batch, width, wide, keys))
+        grouped = chunk is not None or (
+            ahead is None and ((self.host_exp and width > 1) or self.costs.groups_pay(batch, width, wide, keys))
+        )
         saved = (self.lanes.save(), chunk.save()) if chunk is not None else None
         if grouped:
             self.rounds_grouped += chunk is None  # rounds with a chunk are counted in chunks_ridden
@@ -331,7 +339,7 @@ class Scheduler:
             if ahead is not None:
                 choices, picked = ahead, []
             elif grouped:
-                flat = grouped_logits(self.model, self.lanes, groups, rows, self.row_multiple, chunk)
+                flat = grouped_logits(self.model, self.lanes, groups, rows, self.row_multiple, chunk, self.host_exp)
                 starts = list(itertools.accumulate((len(r) for r in rows), initial=0))
                 pad = [[starts[i] + min(j, len(r) - 1) for j in range(width)] for i, r in enumerate(rows)]
                 choices = mx.argmax(flat, axis=-1)[mx.array(pad, dtype=mx.int32)]

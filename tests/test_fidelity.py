@@ -74,6 +74,7 @@ def test_greedy_equals_mlx_lm_under_adversarial_drafts(loaded, reference, chat_p
 
     events: list[Event] = []
     sched = Scheduler(loaded, events.append)
+    sched.host_exp = grouped  # with it, every round of several rows runs grouped
     pending = []
     for text in texts:
         req = Request(prompt_tokens=tuple(chat_prompt(text)), max_tokens=MAX)
@@ -175,22 +176,24 @@ def test_a_shared_pass_that_raises_is_undone_and_run_apart(loaded, reference, ch
     real = forward_mod._chunk_attention
     calls = {"n": 0}
 
-    def faulty(attn, cache, q, k, v):
+    def faulty(*args):
         calls["n"] += 1
         if calls["n"] == 6:  # layer 5 of the first pass with a chunk
             raise RuntimeError("injected")
-        return real(attn, cache, q, k, v)
+        return real(*args)
 
-    monkeypatch.setattr(forward_mod, "_chunk_attention", faulty)
     events: list[Event] = []
     sched = Scheduler(loaded, events.append)
     running = Request(prompt_tokens=tuple(chat_prompt(prompts.OPEN)), max_tokens=24)
     sched.submit(running)
     sched.step()
+    monkeypatch.setattr(forward_mod, "_chunk_attention", faulty)
     joining = Request(prompt_tokens=tuple(chat_prompt(prompts.CODE * 4)), max_tokens=8)
     sched.submit(joining)
     sched.step()  # the pass raises in layer 5: undone, then the round and the chunk run apart
-    assert calls["n"] == 6 and sched.chunks_ridden == 0 and sched.joining[0].done == sched.prefill_chunk
+    # Six layers of the pass that raised, then every layer of the chunk alone.
+    assert calls["n"] == 6 + loaded.n_layers
+    assert sched.chunks_ridden == 0 and sched.joining[0].done == sched.prefill_chunk
     assert [e.round for e in events if isinstance(e, RoundStats)] == [1]  # the running stream's round
     while sched.busy:
         sched.step()

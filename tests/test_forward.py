@@ -92,6 +92,44 @@ def test_a_prompt_chunk_rides_in_the_pass(loaded, row_multiple: int, chunk_len: 
         assert mx.abs(m.values[..., : m.offset, :] - t.values[..., : t.offset, :]).max().item() < 1e-3
 
 
+@pytest.mark.parametrize("with_chunk", [False, True])
+def test_host_exp_pass_matches_the_mlx_one(loaded, with_chunk: bool) -> None:
+    """Softmax and SiLU on numpy (engine.hostexp) give the logits and keys MLX's own do, to rounding."""
+    widths, lengths = [9, 1, 4, 1], [300, 41, 77, 120]
+    rows = [[(31 * b + 5 * j) % 5000 + 50 for j in range(w)] for b, w in enumerate(widths)]
+    tokens = [(17 * i) % 4000 + 90 for i in range(40)]
+    passes, caches = [], []
+    for host_exp in (False, True):
+        lanes, cs = lanes_with(loaded, lengths), [KVCache() for _ in range(loaded.n_layers)]
+        chunk = Chunk(tokens, cs) if with_chunk else None
+        passes.append(grouped_logits(loaded.model, lanes, lanes.begin_grouped(widths), rows, ROW_MULTIPLE, chunk,
+                                     host_exp))
+        caches.append(cs)
+    mlx_pass, host_pass = passes
+    assert mx.array_equal(mx.argmax(mlx_pass, axis=-1), mx.argmax(host_pass, axis=-1)).item()
+    assert mx.abs(mlx_pass - host_pass).max().item() < 1e-3
+    if with_chunk:
+        for layer in (0, loaded.n_layers - 1):
+            m, h = caches[0][layer], caches[1][layer]
+            assert m.offset == h.offset == len(tokens)
+            assert mx.abs(m.keys[..., : m.offset, :] - h.keys[..., : h.offset, :]).max().item() < 1e-3
+
+
+def test_prefill_fills_caches_as_mlx_lm_does(loaded) -> None:
+    from engine.forward import prefill
+
+    tokens = [(13 * i) % 4000 + 60 for i in range(150)]
+    theirs = [KVCache() for _ in range(loaded.n_layers)]
+    loaded.model.model(mx.array([tokens], dtype=mx.int32), cache=theirs)
+    mine = [KVCache() for _ in range(loaded.n_layers)]
+    prefill(loaded.model, Chunk(tokens[:100], mine), ROW_MULTIPLE, host_exp=True)
+    prefill(loaded.model, Chunk(tokens[100:], mine), ROW_MULTIPLE, host_exp=True)
+    for m, t in zip(mine, theirs, strict=True):
+        assert m.offset == t.offset == len(tokens)
+        assert mx.abs(m.keys[..., : m.offset, :] - t.keys[..., : t.offset, :]).max().item() < 1e-3
+        assert mx.abs(m.values[..., : m.offset, :] - t.values[..., : t.offset, :]).max().item() < 1e-3
+
+
 def test_other_architectures_are_not_grouped() -> None:
     import mlx.nn as nn
 

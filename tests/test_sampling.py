@@ -120,6 +120,7 @@ def test_sampled_streams_read_their_own_rows_of_a_grouped_pass(loaded, chat_prom
         monkeypatch.setattr(CostModel, "groups_pay", lambda self, b, w, k, keys=0: grouped and k is not None and 0 < k < b and w > 1)
         events: list = []
         sched = Scheduler(loaded, events.append)
+        sched.host_exp = grouped  # with it, every round of several rows runs grouped
         reqs = {"sampled": Request(prompt_tokens=tuple(chat_prompt(prompts.OPEN)), max_tokens=32,
                                    temperature=0.8, top_p=0.95, seed=7, drafts=False),
                 "greedy": Request(prompt_tokens=tuple(chat_prompt(prompts.COPY)), max_tokens=32)}

@@ -1,0 +1,56 @@
+"""Softmax and SiLU on numpy (engine/hostexp.py) against MLX's own, on literal and random data."""
+
+from __future__ import annotations
+
+import doctest
+
+import mlx.core as mx
+import numpy as np
+import pytest
+from mlx_lm.models.llama import MLP, ModelArgs
+
+import engine.hostexp as hostexp
+
+
+def test_docstring_example() -> None:
+    failed, _ = doctest.testmod(hostexp)
+    assert failed == 0
+
+
+def test_softmax_on_literal_rows() -> None:
+    scores = np.array([[1.0, 2.0, 3.0], [5.0, -np.inf, 5.0], [1000.0, 1000.0, -np.inf]], dtype=np.float32)
+    probs = hostexp.softmax(scores)
+    assert probs.dtype == np.float32
+    np.testing.assert_allclose(probs[0], [0.09003057, 0.24472847, 0.66524096], rtol=1e-6)
+    assert probs[1].tolist() == [0.5, 0.0, 0.5]  # masked keys get nothing
+    assert probs[2].tolist() == [0.5, 0.5, 0.0]  # large scores do not overflow
+
+
+@pytest.mark.parametrize("mask_kind", ["array", "causal", "none"])
+@pytest.mark.parametrize(("batch", "heads", "kv_heads", "length", "keys"), [(1, 9, 3, 1, 40), (3, 9, 3, 5, 70), (2, 4, 4, 16, 16)])
+def test_attention_matches_mlx(mask_kind: str, batch: int, heads: int, kv_heads: int, length: int, keys: int) -> None:
+    mx.random.seed(3)
+    q = mx.random.normal((batch, heads, length, 64))
+    k = mx.random.normal((batch, kv_heads, keys, 64))
+    v = mx.random.normal((batch, kv_heads, keys, 64))
+    mask: mx.array | str | None
+    if mask_kind == "array":  # each stream its own length, as a lane group's mask
+        lengths = mx.array([max(keys - length - 3 * b, 0) for b in range(batch)])
+        mask = mx.arange(keys)[None, None, None, :] <= lengths[:, None, None, None] + mx.arange(length)[None, None, :, None]
+    else:
+        mask = "causal" if mask_kind == "causal" else None
+    theirs = mx.fast.scaled_dot_product_attention(q, k, v, scale=0.125, mask=mask)
+    mine = hostexp.attention(q, k, v, 0.125, mask)
+    assert mine.shape == theirs.shape
+    assert mx.abs(mine - theirs).max().item() < 1e-5
+
+
+def test_mlp_matches_mlx() -> None:
+    mx.random.seed(4)
+    args = ModelArgs(model_type="llama", hidden_size=64, num_hidden_layers=1, intermediate_size=160,
+                     num_attention_heads=4, rms_norm_eps=1e-5, vocab_size=100)
+    block = MLP(args)
+    x = mx.random.normal((1, 7, 64))
+    theirs, mine = block(x), hostexp.mlp(block, x)
+    assert mine.shape == theirs.shape
+    assert mx.abs(mine - theirs).max().item() < 1e-5
