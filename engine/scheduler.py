@@ -269,15 +269,15 @@ class Scheduler:
         s = job.stream
         try:
             end = self._chunk_end(job)
-            if compute and end > job.done and self.host_exp:
-                prefill(self.model, Chunk(s.prompt[job.done : end], job.caches), self.row_multiple, self.host_exp)
-                job.done = end
-            elif compute and end > job.done:
+            if compute and end > job.done:
                 # The transformer body only: prefill needs keys and values, not logits, and the
                 # vocabulary projection is a fifth of this model's compute.
-                body = getattr(self.model, "model", self.model)
-                body(mx.array(s.prompt[job.done : end])[None], cache=job.caches)
-                mx.eval([c.keys for c in job.caches])
+                if self.host_exp:
+                    prefill(self.model, Chunk(s.prompt[job.done : end], job.caches), self.row_multiple, True)
+                else:
+                    body = getattr(self.model, "model", self.model)
+                    body(mx.array(s.prompt[job.done : end])[None], cache=job.caches)
+                    mx.eval([c.keys for c in job.caches])
                 job.done = end
             if job.done < len(s.prompt) - 1:
                 return
@@ -330,7 +330,8 @@ class Scheduler:
         )
         saved = (self.lanes.save(), chunk.save()) if chunk is not None else None
         if grouped:
-            self.rounds_grouped += chunk is None  # rounds with a chunk are counted in chunks_ridden
+            if chunk is None:  # rounds with a chunk are counted in chunks_ridden
+                self.rounds_grouped += 1
             groups = self.lanes.begin_grouped([len(r) for r in rows])
         else:
             self.lanes.begin_round(width)
