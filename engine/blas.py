@@ -155,7 +155,8 @@ def ensure_fast_blas() -> None:
     Call it first thing in a program's entry point, before MLX is imported. It returns
     (does nothing) on macOS, when OpenBLAS is absent, when it is already preloaded with
     kernels that fit the CPU, in the re-executed process itself, when
-    ``LANES_NO_BLAS_REEXEC=1``, inside pytest, or in an interactive interpreter. Otherwise it does not return: the same command line
+    ``LANES_NO_BLAS_REEXEC=1``, inside pytest, or in an interactive interpreter. Otherwise it
+    does not return: the same command line
     (``sys.orig_argv``, so ``.venv/bin/lanes chat``, ``python -m engine.cli`` and
     ``python -c ...`` all come back as they were started) replaces the process.
     """

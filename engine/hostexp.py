@@ -62,4 +62,6 @@ def mlp(block: Any, x: mx.array) -> mx.array:
     gate, up = block.gate_proj(x), block.up_proj(x)
     mx.eval(gate, up)
     g = np.asarray(gate)
-    return block.down_proj(mx.array(g / (1.0 + np.exp(-g)) * np.asarray(up)))
+    with np.errstate(over="ignore"):  # exp(-g) overflows to inf for g < -88: SiLU is then -0, exactly
+        silu = g / (1.0 + np.exp(-g))
+    return block.down_proj(mx.array(silu * np.asarray(up)))

@@ -108,7 +108,6 @@ class Scheduler:
         self.rounds_ahead = 0  # rounds that ran ahead (see _run_ahead)
         self.rounds_grouped = 0  # rounds the cost model ran as a grouped pass (engine.forward)
         self.chunks_ridden = 0  # prefill chunks computed inside a round's (grouped) pass
-        self.apart = False  # a pass with a chunk in it raised and was undone: run round and chunk apart
 
     # -- requests ------------------------------------------------------------
     def prompt_tokens(self, request: Request) -> list[int]:
@@ -175,9 +174,6 @@ class Scheduler:
         rode = False
         if self.active:
             rode = self._round(self._rider())
-            if self.apart:  # that pass raised and was undone: the round alone, then the chunk alone
-                self.apart = False
-                self._round()
         if self.joining:
             self._prefill_chunk(compute=not rode)
 
@@ -357,13 +353,13 @@ class Scheduler:
             self.ahead = None
             self.lanes.end_round()
             if chunk is not None and saved is not None:
-                # Whose fault is unknown: undo the whole pass (not counted as a round) and let step()
-                # run the round and the chunk apart, so the fault lands on whoever caused it.
+                # Whose fault is unknown: undo the whole pass (not counted as a round), run the round
+                # alone now and leave the chunk to step(), so the fault lands on whoever caused it.
                 self.lanes.restore(saved[0])
                 chunk.restore(saved[1])
                 self.round -= 1
-                self.apart = True
                 log.warning("a round with a prompt chunk in its pass raised (%s); running them apart", exc)
+                self._round()
                 return False
             for row in reversed(range(len(plan.streams))):
                 self._fail_row(row, exc)

@@ -168,8 +168,8 @@ def test_long_prompt_prefills_chunk_by_chunk(loaded, reference, chat_prompt, rid
 
 def test_a_shared_pass_that_raises_is_undone_and_run_apart(loaded, reference, chat_prompt, monkeypatch) -> None:
     """A fault inside a pass that carries a prompt chunk fails nobody: the pass is undone (the lane
-    buffers and the chunk's caches, several layers of which were already written) and the round and
-    the chunk run apart next step."""
+    buffers and the chunk's caches, several layers of which were already written), then the round
+    and the chunk run apart in the same step."""
     import engine.forward as forward_mod
     from engine.events import Failed, RoundStats
 

@@ -54,3 +54,18 @@ def test_mlp_matches_mlx() -> None:
     theirs, mine = block(x), hostexp.mlp(block, x)
     assert mine.shape == theirs.shape
     assert mx.abs(mine - theirs).max().item() < 1e-5
+
+
+def test_mlp_far_negative_gate_is_exact_and_quiet() -> None:
+    """exp(-g) overflows for a gate far below zero; SiLU is then 0 without a warning (errors here)."""
+    args = ModelArgs(model_type="llama", hidden_size=4, num_hidden_layers=1, intermediate_size=2,
+                     num_attention_heads=1, rms_norm_eps=1e-5, vocab_size=10)
+    block = MLP(args)
+    block.gate_proj.weight = mx.array([[-100.0, 0.0, 0.0, 0.0], [1.0, 0.0, 0.0, 0.0]])
+    block.up_proj.weight = mx.ones((2, 4))
+    block.down_proj.weight = mx.eye(4)[:, :2]
+    x = mx.array([[[2.0, 0.0, 0.0, 0.0]]])  # gate (-200, 2), up (2, 2)
+    out = hostexp.mlp(block, x)
+    assert np.isfinite(np.asarray(out)).all()
+    assert mx.allclose(out, block(x)).item()
+    assert out[0, 0, 0].item() == 0.0  # silu(-200) * 2
