@@ -137,13 +137,22 @@ class LaneCache:
         """Write a group's new keys and values ([len(rows), kv_heads, width, head_dim]); return the
         keys and values its rows attend."""
         kbuf, vbuf = self._put(layer, group.rows, keys, values)
-        end = group.end
         if group.index is not None:
-            return kbuf[group.index, :, :end, :], vbuf[group.index, :, :end, :]
-        if len(group.rows) == 1:
-            r = group.rows[0]
-            return kbuf[r : r + 1, :, :end, :], vbuf[r : r + 1, :, :end, :]
-        return kbuf[:, :, :end, :], vbuf[:, :, :end, :]
+            return kbuf[group.index, :, : group.end, :], vbuf[group.index, :, : group.end, :]
+        return self.attended(layer, group.rows[0] if len(group.rows) == 1 else None, group.end)
+
+    def put_group(self, layer: int, group: Group, keys: mx.array, values: mx.array) -> None:
+        """``write_group`` without the read: write every group of a layer first, then read with
+        ``attended``, so that no slice still to be read makes a later write copy the whole buffer."""
+        self._put(layer, group.rows, keys, values)
+
+    def attended(self, layer: int, row: int | None, end: int) -> tuple[mx.array, mx.array]:
+        """Keys and values of one row (or, ``row`` None, of every row) up to ``end``: views, no copy."""
+        kbuf, vbuf = self.keys[layer], self.values[layer]
+        assert kbuf is not None and vbuf is not None
+        if row is None:
+            return kbuf[:, :, :end, :], vbuf[:, :, :end, :]
+        return kbuf[row : row + 1, :, :end, :], vbuf[row : row + 1, :, :end, :]
 
     def _put(self, layer: int, rows: Sequence[int], keys: mx.array, values: mx.array) -> tuple[mx.array, mx.array]:
         """Write ``keys[i]`` / ``values[i]`` at row ``rows[i]``'s length; return the layer's buffers."""

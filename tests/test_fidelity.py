@@ -173,7 +173,7 @@ def test_a_shared_pass_that_raises_is_undone_and_run_apart(loaded, reference, ch
     import engine.forward as forward_mod
     from engine.events import Failed, RoundStats
 
-    real = forward_mod._chunk_attention
+    real = forward_mod._chunk_qkv
     calls = {"n": 0}
 
     def faulty(*args):
@@ -187,7 +187,7 @@ def test_a_shared_pass_that_raises_is_undone_and_run_apart(loaded, reference, ch
     running = Request(prompt_tokens=tuple(chat_prompt(prompts.OPEN)), max_tokens=24)
     sched.submit(running)
     sched.step()
-    monkeypatch.setattr(forward_mod, "_chunk_attention", faulty)
+    monkeypatch.setattr(forward_mod, "_chunk_qkv", faulty)
     joining = Request(prompt_tokens=tuple(chat_prompt(prompts.CODE * 4)), max_tokens=8)
     sched.submit(joining)
     sched.step()  # the pass raises in layer 5: undone, then the round and the chunk run apart

@@ -26,23 +26,28 @@ def test_softmax_on_literal_rows() -> None:
     assert probs[2].tolist() == [0.5, 0.5, 0.0]  # large scores do not overflow
 
 
-@pytest.mark.parametrize("mask_kind", ["array", "causal", "none"])
-@pytest.mark.parametrize(("batch", "heads", "kv_heads", "length", "keys"), [(1, 9, 3, 1, 40), (3, 9, 3, 5, 70), (2, 4, 4, 16, 16)])
-def test_attention_matches_mlx(mask_kind: str, batch: int, heads: int, kv_heads: int, length: int, keys: int) -> None:
+@pytest.mark.parametrize(
+    ("batch", "heads", "kv_heads", "length", "keys"), [(1, 9, 3, 1, 40), (3, 9, 3, 5, 70), (2, 4, 4, 16, 16)]
+)
+def test_attention_matches_mlx(batch: int, heads: int, kv_heads: int, length: int, keys: int) -> None:
+    """Three blocks in one call: a lane group's mask (each stream its own length), causal (None),
+    and causal over a longer key range; each equals MLX's own attention."""
     mx.random.seed(3)
-    q = mx.random.normal((batch, heads, length, 64))
-    k = mx.random.normal((batch, kv_heads, keys, 64))
-    v = mx.random.normal((batch, kv_heads, keys, 64))
-    mask: mx.array | str | None
-    if mask_kind == "array":  # each stream its own length, as a lane group's mask
-        lengths = mx.array([max(keys - length - 3 * b, 0) for b in range(batch)])
-        mask = mx.arange(keys)[None, None, None, :] <= lengths[:, None, None, None] + mx.arange(length)[None, None, :, None]
-    else:
-        mask = "causal" if mask_kind == "causal" else None
-    theirs = mx.fast.scaled_dot_product_attention(q, k, v, scale=0.125, mask=mask)
-    mine = hostexp.attention(q, k, v, 0.125, mask)
-    assert mine.shape == theirs.shape
-    assert mx.abs(mine - theirs).max().item() < 1e-5
+
+    def block(n_keys: int) -> tuple[mx.array, mx.array, mx.array]:
+        return (mx.random.normal((batch, heads, length, 64)), mx.random.normal((batch, kv_heads, n_keys, 64)),
+                mx.random.normal((batch, kv_heads, n_keys, 64)))
+
+    lengths = mx.array([max(keys - length - 3 * b, 0) for b in range(batch)])
+    query_at = lengths[:, None, None, None] + mx.arange(length)[None, None, :, None]
+    group_mask = mx.arange(keys)[None, None, None, :] <= query_at
+    blocks = [(*block(keys), group_mask), (*block(keys), None), (*block(keys + 7), None)]
+    mine = hostexp.attention_many(blocks, 0.125)
+    for (q, k, v, mask), got in zip(blocks, mine, strict=True):
+        causal = mask if mask is not None else "causal"
+        theirs = mx.fast.scaled_dot_product_attention(q, k, v, scale=0.125, mask=causal)
+        assert got.shape == theirs.shape
+        assert mx.abs(got - theirs).max().item() < 1e-5
 
 
 def test_mlp_matches_mlx() -> None:
