@@ -16,8 +16,9 @@ arithmetic per row) but:
 On the CPU (``host_exp``) the softmax and SiLU go through numpy (``engine.hostexp``), all of a
 layer's attention blocks in one sync, and a group of some streams but not all attends each
 stream's cache row as a view rather than gathering the rows (MLX's CPU gather: ~1.5 ms a layer).
-Whole passes, ad hoc, 2-core Xeon, ~500 keys, before / after these and the single rotary call: (16, 1, 1, 1) 288 / 236 ms,
-(2, 1, 1, 1) 198 / 155, (16, 12, 9, 1) 306 / 263; one-group shapes unchanged.
+Whole passes, ad hoc, 2-core Xeon, ~500 keys, before / after these and the single rotary call:
+(16, 1, 1, 1) 288 / 236 ms, (2, 1, 1, 1) 198 / 155, (16, 12, 9, 1) 306 / 263; one-group shapes
+unchanged.
 
 Greedy tokens are what the padded pass gives up to float rounding (matrix products of other shapes
 sum in another order, as the padded pass's already differ from a one-stream pass); the fidelity
