@@ -87,6 +87,7 @@ def allocate(
     cost: Callable[[int, int], float],
     overhead: float,
     max_width: int = 32,
+    min_row_value: float = MIN_ROW_VALUE,
 ) -> Allocation:
     """Grant draft rows to maximise expected tokens per second this round (see module docstring).
 
@@ -94,7 +95,7 @@ def allocate(
     widest, ``wide`` of them drafting (e.g. ``CostModel.cost``, which prices padding). At most one offer
     per stream. Rates outside [0, 1] are clamped (NaN reads as 0); ``max_width`` caps W, so a stream
     gets at most ``max_width - 1`` draft rows, and with ``max_width == 1`` nobody drafts, probes
-    included.
+    included. ``min_row_value`` replaces ``MIN_ROW_VALUE`` (a family setting).
 
     >>> cpu = {1: 0.101, 2: 0.1157, 3: 0.1303, 4: 0.145, 5: 0.1633}
     >>> a = allocate([Offer(0, 0.94, 4)], 4, lambda b, w, k: cpu[w], 0.0)
@@ -159,7 +160,7 @@ def allocate(
         tp = value / seconds_at(width, wide)
         if tp > best_tp:  # strict: on a tie keep the shorter prefix
             best_len, best_tp = len(order), tp
-        if j < caps[s] and row_value(s, j + 1) >= MIN_ROW_VALUE:
+        if j < caps[s] and row_value(s, j + 1) >= min_row_value:
             heapq.heappush(heap, (-row_value(s, j + 1), s, j + 1))
 
     rows = [0] * n_streams

@@ -36,6 +36,7 @@ SETTINGS: Mapping[str, type] = MappingProxyType({
     "doubt_prior": float,
     "copy_edits": bool,
     "max_window": int,
+    "min_row_value": float,
     "min_match.context": int,
     "min_match.recall": int,
     "brief_match": int,

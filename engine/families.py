@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
+from engine.allocator import MIN_ROW_VALUE
 from engine.rates import DOUBT_PRIOR
 
 
@@ -37,6 +38,9 @@ class Family:
     # would be started whatever their record.
     brief_match: int = 2
     max_window: int = 32  # longest window proposed in one round (the allocator decides how much to verify)
+    # A started window's rows are verified while worth at least this (engine.allocator); lower lets
+    # windows run longer where rows are cheap next to a round, at the price of rows past a break.
+    min_row_value: float = MIN_ROW_VALUE
 
 
 DEFAULT = Family(name="default")

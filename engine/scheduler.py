@@ -298,7 +298,8 @@ class Scheduler:
                 offers.append(Offer(stream=i, rate=rate, max_rows=len(w.tokens), probe=probe, first_rate=first))
         if offers:
             cost = partial(self.costs.cost, keys=max(self.lanes.lengths))
-            alloc = allocate(offers, len(self.active), cost, self.costs.overhead)
+            alloc = allocate(offers, len(self.active), cost, self.costs.overhead,
+                             min_row_value=self.loaded.family.min_row_value)
             rows = list(alloc.rows)
         else:
             rows = [0] * len(self.active)

@@ -267,3 +267,11 @@ def test_probes_only_add_one_row_to_empty_streams(
         if f and want[o.stream] == 0 and o.max_rows >= 1:
             want[o.stream] = 1
     assert probed.rows == tuple(want)
+
+
+def test_a_family_may_verify_rows_down_to_a_lower_value() -> None:
+    # min_row_value (a family setting) replaces MIN_ROW_VALUE: 0.8**j >= 0.15 holds up to j = 8.
+    assert allocate([Offer(0, 0.8, 16)], 1, GPU.cost, 0.0, min_row_value=0.15).rows == (8,)
+    assert 0.8**8 >= 0.15 > 0.8**9
+    # It does not start windows MIN_FIRST_ROW refuses.
+    assert allocate([Offer(0, 0.45, 16)], 1, GPU.cost, 0.0, min_row_value=0.15).rows == (0,)

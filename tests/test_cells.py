@@ -21,6 +21,14 @@ def test_worked_example_from_docstring() -> None:
     assert cells[1].with_settings(fam) is fam  # no settings: the family itself
 
 
+def test_min_row_value_is_a_rate_the_allocator_gets_from_the_family() -> None:
+    fam = Family(name="smollm2", own_copy_rates=True)
+    assert parse_cell("on:min_row_value=0.15").with_settings(fam).min_row_value == 0.15
+    assert fam.min_row_value == 0.3  # the allocator's MIN_ROW_VALUE unless a cell or family says otherwise
+    with pytest.raises(LanesError, match="strictly between 0 and 1"):
+        parse_cell("on:min_row_value=1.5")
+
+
 def test_min_match_entry_changes_alone() -> None:
     fam = Family(name="f", min_match=MappingProxyType({"context": 4, "recall": 8}))
     changed = parse_cell("on:min_match.context=6").with_settings(fam)
