@@ -48,8 +48,7 @@ def attention_many(items: Sequence[Attend], scale: float) -> list[mx.array]:
     ``mask`` boolean [B, 1, w, S] (True attends) or None, meaning causal with the queries the last
     w of the S positions (query j attends keys 0 .. S - w + j), as one stream's rows or a prompt
     chunk. Query heads that share a key head are stacked as rows of one product, as grouped-query
-    attention shares them. One sync a layer, not one per block: each costs ~0.6 ms here (ad hoc,
-    2-core Xeon).
+    attention shares them. One sync a layer, not one per block.
     """
     scores = []
     for q, k, _, _ in items:

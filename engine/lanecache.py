@@ -143,7 +143,8 @@ class LaneCache:
 
     def put_group(self, layer: int, group: Group, keys: mx.array, values: mx.array) -> None:
         """``write_group`` without the read: write every group of a layer first, then read with
-        ``attended``, so that no slice still to be read makes a later write copy the whole buffer."""
+        ``attended``, so that each write can update the buffer in place (MLX reuses a buffer only
+        when nothing else still reads it)."""
         self._put(layer, group.rows, keys, values)
 
     def attended(self, layer: int, row: int | None, end: int) -> tuple[mx.array, mx.array]:
