@@ -15,7 +15,7 @@ arithmetic per row) but:
 
 On the CPU (``host_exp``) the softmax and SiLU go through numpy (``engine.hostexp``), all of a
 layer's attention blocks in one sync, and a group of some streams but not all attends each
-stream's cache row as a view rather than gathering the rows (MLX's CPU gather: ~1.5 ms a layer).
+stream's cache row as a view rather than gathering the rows (MLX's CPU gather: 1-3 ms a layer).
 Whole passes, ad hoc, 2-core Xeon, ~500 keys, before / after these and the single rotary call:
 (16, 1, 1, 1) 288 / 236 ms, (2, 1, 1, 1) 198 / 155, (16, 12, 9, 1) 306 / 263; one-group shapes
 unchanged.
@@ -142,6 +142,7 @@ def _body(
     at = [lanes.lengths[i] + j for i, r in enumerate(rows) for j in range(len(r))]
     at += [chunk.caches[0].offset + t for t in range(c)] if chunk is not None else []
     positions = mx.array(at, dtype=mx.int32)
+    plan = _Layout(lanes, groups, pads, chunk, n)
 
     inner = model.model
     h = inner.embed_tokens(mx.array(flat, dtype=mx.int32)[None])
@@ -149,16 +150,14 @@ def _body(
         attn = layer.self_attn
         x = layer.input_layernorm(h)
         qkv = (*_rope_rows(attn, attn.q_proj(x)[0], attn.k_proj(x)[0], positions), attn.v_proj(x)[0])
-        if host_exp:
-            blocks, chunk_out = _host_attention(attn, lanes, li, groups, pads, qkv, chunk, n)
-        else:
-            blocks, chunk_out = _mlx_attention(attn, lanes, li, groups, pads, qkv, chunk, n)
+        attend = _host_attention if host_exp else _mlx_attention
+        blocks, chunk_out = attend(attn, li, qkv, plan)
         outs = [blk[keep] for blk, keep in zip(blocks, keeps, strict=True)]
         tail = [(mx.concatenate(outs) if len(outs) > 1 else outs[0])[unpad]] if outs else []
         if chunk_out is not None:
             tail.append(chunk_out)
         if len(flat) > n + c:
-            tail.append(mx.zeros((len(flat) - n - c, qkv[0].shape[1]), dtype=qkv[0].dtype))
+            tail.append(mx.zeros((len(flat) - n - c, qkv[0].shape[1]), dtype=qkv[0].dtype))  # q: heads * D
         o = mx.concatenate(tail) if len(tail) > 1 else tail[0]
         h = h + attn.o_proj(o[None])
         y = layer.post_attention_layernorm(h)
@@ -169,18 +168,27 @@ def _body(
 QKV = tuple[mx.array, mx.array, mx.array]  # a layer's projections of the flat rows, each [rows, dims]
 
 
+@dataclass(frozen=True)
+class _Layout:
+    """Where a pass's flat rows go, the same for every layer: the lanes and their groups, each
+    group's padded row indices, the chunk, and ``n`` (the streams' rows; the chunk's follow)."""
+
+    lanes: LaneCache
+    groups: Sequence[Group]
+    pads: Sequence[mx.array]
+    chunk: Chunk | None
+    n: int
+
+
 def _rope_rows(attn: nn.Module, q: mx.array, k: mx.array, positions: mx.array) -> tuple[mx.array, mx.array]:
     """Rotary embeddings for the first ``len(positions)`` flat rows of ``q`` and ``k``, row i at
     ``positions[i]``, in one call: each row is its own batch entry with its own offset. Per row it
     is the same arithmetic as per stream, and one call a layer instead of two per group and chunk
-    (~0.25 ms each on the CPU, ad hoc). Later rows (dummy rows) are left as they are."""
+    (~0.25 ms each on the CPU, ad hoc). The dummy rows after them are dropped: nothing attends them."""
     n, heads, kv_heads = positions.shape[0], attn.n_heads, attn.n_kv_heads
     both = mx.concatenate([q[:n].reshape(n, heads, 1, -1), k[:n].reshape(n, kv_heads, 1, -1)], axis=1)
     both = attn.rope(both, offset=positions)
-    rq, rk = both[:, :heads].reshape(n, -1), both[:, heads:].reshape(n, -1)
-    if q.shape[0] > n:
-        rq, rk = mx.concatenate([rq, q[n:]]), mx.concatenate([rk, k[n:]])
-    return rq, rk
+    return both[:, :heads].reshape(n, -1), both[:, heads:].reshape(n, -1)
 
 
 def _heads(x: mx.array, b: int, w: int, count: int) -> mx.array:
@@ -194,76 +202,65 @@ def _flat(o: mx.array) -> mx.array:
 
 
 def _mlx_attention(
-    attn: nn.Module,
-    lanes: LaneCache,
-    layer: int,
-    groups: Sequence[Group],
-    pads: Sequence[mx.array],
-    qkv: QKV,
-    chunk: Chunk | None,
-    n: int,
+    attn: nn.Module, layer: int, qkv: QKV, plan: _Layout
 ) -> tuple[list[mx.array], mx.array | None]:
     """One layer's attention through MLX: each group's padded block ``[rows * width, dims]``, and
     the chunk's rows."""
     q, k, v = qkv
     blocks = []
-    for g, pad in zip(groups, pads, strict=True):
+    for g, pad in zip(plan.groups, plan.pads, strict=True):
         b, w = len(g.rows), g.width
         qg, kg = _heads(q[pad], b, w, attn.n_heads), _heads(k[pad], b, w, attn.n_kv_heads)
-        keys, values = lanes.write_group(layer, g, kg, _heads(v[pad], b, w, attn.n_kv_heads))
+        keys, values = plan.lanes.write_group(layer, g, kg, _heads(v[pad], b, w, attn.n_kv_heads))
         blocks.append(_flat(mx.fast.scaled_dot_product_attention(qg, keys, values, scale=attn.scale, mask=g.mask)))
-    if chunk is None:
+    if plan.chunk is None:
         return blocks, None
-    heads = (attn.n_heads, attn.n_kv_heads)
-    qc, kc, vc = _chunk_qkv(chunk.caches[layer], heads, qkv, n, len(chunk.tokens))
-    mask = "causal" if len(chunk.tokens) > 1 else None
+    qc, kc, vc = _chunk_qkv(attn, layer, qkv, plan)
+    mask = "causal" if len(plan.chunk.tokens) > 1 else None
     return blocks, _flat(mx.fast.scaled_dot_product_attention(qc, kc, vc, scale=attn.scale, mask=mask))
 
 
 def _host_attention(
-    attn: nn.Module,
-    lanes: LaneCache,
-    layer: int,
-    groups: Sequence[Group],
-    pads: Sequence[mx.array],
-    qkv: QKV,
-    chunk: Chunk | None,
-    n: int,
+    attn: nn.Module, layer: int, qkv: QKV, plan: _Layout
 ) -> tuple[list[mx.array], mx.array | None]:
     """``_mlx_attention`` with the softmax on numpy (``hostexp.attention_many``), in one sync.
 
     Every group is written before any is read, so each write updates the cache in place. A group
     of some rows but not all (e.g. three one-row streams beside a drafting one) is attended row by
-    row over views of the cache: MLX's CPU gather of those rows cost ~1.5 ms a layer (ad hoc).
+    row over views of the cache: MLX's CPU gather of those rows cost 1-3 ms a layer (ad hoc).
     """
     q, k, v = qkv
-    queries = []
-    for g, pad in zip(groups, pads, strict=True):
+    lanes, queries = plan.lanes, []
+    for g, pad in zip(plan.groups, plan.pads, strict=True):
         b, w = len(g.rows), g.width
         queries.append(_heads(q[pad], b, w, attn.n_heads))
         lanes.put_group(layer, g, _heads(k[pad], b, w, attn.n_kv_heads), _heads(v[pad], b, w, attn.n_kv_heads))
     items: list[hostexp.Attend] = []
-    for g, qg in zip(groups, queries, strict=True):
+    for g, qg in zip(plan.groups, queries, strict=True):
         if g.index is None:
             items.append((qg, *lanes.attended(layer, g.rows[0] if len(g.rows) == 1 else None, g.end), g.mask))
         else:  # each row over its own keys, its queries the last g.width of them: causal
             items += [(qg[i : i + 1], *lanes.attended(layer, r, lanes.lengths[r] + g.width), None)
                       for i, r in enumerate(g.rows)]
-    if chunk is not None:
-        heads = (attn.n_heads, attn.n_kv_heads)
-        items.append((*_chunk_qkv(chunk.caches[layer], heads, qkv, n, len(chunk.tokens)), None))
+    if plan.chunk is not None:
+        items.append((*_chunk_qkv(attn, layer, qkv, plan), None))
     outs = hostexp.attention_many(items, attn.scale)
     blocks, at = [], 0
-    for g in groups:
+    for g in plan.groups:
         count = 1 if g.index is None else len(g.rows)
         blocks.append(_flat(mx.concatenate(outs[at : at + count]) if count > 1 else outs[at]))
         at += count
-    return blocks, _flat(outs[at]) if chunk is not None else None
+    return blocks, _flat(outs[at]) if plan.chunk is not None else None
 
 
-def _chunk_qkv(cache: KVCache, heads: tuple[int, int], qkv: QKV, n: int, c: int) -> QKV:
-    """A chunk's queries, and its cache's keys and values with the chunk appended, as mlx-lm's llama
-    prefill computes them; the chunk's rows are ``n .. n + c`` of the flat rows, already rotated."""
-    q, k, v = (x[n : n + c] for x in qkv)
-    keys, values = cache.update_and_fetch(_heads(k, 1, c, heads[1]), _heads(v, 1, c, heads[1]))
-    return _heads(q, 1, c, heads[0]), keys, values
+def _chunk_qkv(attn: nn.Module, layer: int, qkv: QKV, plan: _Layout) -> QKV:
+    """The chunk's queries, and its cache's keys and values with the chunk appended, as mlx-lm's llama
+    prefill computes them; the chunk's rows follow the streams' in the flat rows, already rotated."""
+    assert plan.chunk is not None
+    span = slice(plan.n, plan.n + len(plan.chunk.tokens))
+    c = span.stop - span.start
+    q, k, v = (x[span] for x in qkv)
+    keys, values = plan.chunk.caches[layer].update_and_fetch(
+        _heads(k, 1, c, attn.n_kv_heads), _heads(v, 1, c, attn.n_kv_heads)
+    )
+    return _heads(q, 1, c, attn.n_heads), keys, values
