@@ -143,6 +143,7 @@ def _body(
     at += [chunk.caches[0].offset + t for t in range(c)] if chunk is not None else []
     positions = mx.array(at, dtype=mx.int32)
     plan = _Layout(lanes, groups, pads, chunk, n)
+    attend = _host_attention if host_exp else _mlx_attention
 
     inner = model.model
     h = inner.embed_tokens(mx.array(flat, dtype=mx.int32)[None])
@@ -150,7 +151,6 @@ def _body(
         attn = layer.self_attn
         x = layer.input_layernorm(h)
         qkv = (*_rope_rows(attn, attn.q_proj(x)[0], attn.k_proj(x)[0], positions), attn.v_proj(x)[0])
-        attend = _host_attention if host_exp else _mlx_attention
         blocks, chunk_out = attend(attn, li, qkv, plan)
         outs = [blk[keep] for blk, keep in zip(blocks, keeps, strict=True)]
         tail = [(mx.concatenate(outs) if len(outs) > 1 else outs[0])[unpad]] if outs else []

@@ -8,7 +8,7 @@ import random
 import pytest
 
 import engine.scheduler as scheduler_mod
-from engine.allocator import Allocation
+from engine.allocator import MIN_ROW_VALUE, Allocation
 from engine.contextcost import NO_CONTEXT_COST, ContextCost
 from engine.copyindex import Window
 from engine.costmodel import CostModel
@@ -50,7 +50,7 @@ def adversarial_proposer(rng: random.Random, refs: dict[str, list[int]], vocab: 
 
 
 def random_allocator(rng: random.Random):
-    def allocate(offers, n_streams, cost, overhead, max_width=32, min_row_value=0.3) -> Allocation:
+    def allocate(offers, n_streams, cost, overhead, max_width=32, min_row_value=MIN_ROW_VALUE) -> Allocation:
         rows = [0] * n_streams
         for o in offers:
             rows[o.stream] = rng.randint(0, o.max_rows)
