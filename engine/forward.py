@@ -41,7 +41,7 @@ pace while a long prompt joins.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import mlx.core as mx
 import mlx.nn as nn
@@ -49,6 +49,7 @@ from mlx_lm.models.cache import KVCache
 
 from engine import hostexp
 from engine.lanecache import Group, LaneCache
+from engine.rotary import RopeTable
 
 ROW_MULTIPLE = 16  # on the CPU, flattened rows beyond 8 are padded up to a multiple of this
 
@@ -84,27 +85,31 @@ def grouped_logits(
     row_multiple: int = 1,
     chunk: Chunk | None = None,
     host_exp: bool = False,
+    rope_table: bool = False,
 ) -> mx.array:
     """Logits ``[sum(len(r) for r in rows), vocab]``: stream i's rows ``rows[i]``, streams in order.
 
     ``groups`` come from ``lanes.begin_grouped([len(r) for r in rows])``; this writes each stream's
     new keys and values into ``lanes`` as a padded round would (the caller advances the lengths).
     A ``chunk`` is appended to its caches (their offsets advance by its length). ``host_exp`` runs
-    softmax and SiLU through numpy (``engine.hostexp``; CPU only).
+    softmax and SiLU through numpy (``engine.hostexp``; CPU only); ``rope_table`` rotates with one
+    ``engine.rotary.RopeTable`` a pass (CPU only; models ``engine.padded.supports_padded`` accepts).
     """
     n = sum(len(r) for r in rows)
     # The output head sees as many rows as it would without a chunk (so the same matrix shapes).
     head = n + (-n % row_multiple if row_multiple > 1 and n > 8 else 0)
-    h = _body(model, lanes, groups, rows, row_multiple, chunk, host_exp)
+    h = _body(model, lanes, groups, rows, row_multiple, chunk, host_exp, rope_table)
     inner = model.model
     h = inner.norm(h[:, : min(head, h.shape[1])])
     out = inner.embed_tokens.as_linear(h) if model.args.tie_word_embeddings else model.lm_head(h)
     return out[0, :n]
 
 
-def prefill(model: nn.Module, chunk: Chunk, row_multiple: int = 1, host_exp: bool = False) -> None:
+def prefill(
+    model: nn.Module, chunk: Chunk, row_multiple: int = 1, host_exp: bool = False, rope_table: bool = False
+) -> None:
     """Append ``chunk`` to its caches (the transformer body only: prefill needs no logits)."""
-    _body(model, LaneCache(len(chunk.caches)), [], [], row_multiple, chunk, host_exp)
+    _body(model, LaneCache(len(chunk.caches)), [], [], row_multiple, chunk, host_exp, rope_table)
     mx.eval([c.keys for c in chunk.caches], [c.values for c in chunk.caches])
 
 
@@ -116,6 +121,7 @@ def _body(
     row_multiple: int,
     chunk: Chunk | None,
     host_exp: bool,
+    rope_table: bool,
 ) -> mx.array:
     """The hidden states after the last layer, ``[1, flat rows, dims]``: the streams' rows in order,
     then the chunk's, then dummy rows."""
@@ -146,11 +152,12 @@ def _body(
     attend = _host_attention if host_exp else _mlx_attention
 
     inner = model.model
+    table = RopeTable(inner.layers[0].self_attn.rope, positions, len(at), 1) if rope_table else None
     h = inner.embed_tokens(mx.array(flat, dtype=mx.int32)[None])
     for li, layer in enumerate(inner.layers):
         attn = layer.self_attn
         x = layer.input_layernorm(h)
-        qkv = (*_rope_rows(attn, attn.q_proj(x)[0], attn.k_proj(x)[0], positions), attn.v_proj(x)[0])
+        qkv = (*_rope_rows(attn, attn.q_proj(x)[0], attn.k_proj(x)[0], positions, table), attn.v_proj(x)[0])
         blocks, chunk_out = attend(attn, li, qkv, plan)
         outs = [blk[keep] for blk, keep in zip(blocks, keeps, strict=True)]
         tail = [(mx.concatenate(outs) if len(outs) > 1 else outs[0])[unpad]] if outs else []
@@ -171,23 +178,28 @@ QKV = tuple[mx.array, mx.array, mx.array]  # a layer's projections of the flat r
 @dataclass(frozen=True)
 class _Layout:
     """Where a pass's flat rows go, the same for every layer: the lanes and their groups, each
-    group's padded row indices, the chunk, and ``n`` (the streams' rows; the chunk's follow)."""
+    group's padded row indices, the chunk, ``n`` (the streams' rows; the chunk's follow), and the
+    masks' host forms, made at the first layer (``hostexp.attention_many``)."""
 
     lanes: LaneCache
     groups: Sequence[Group]
     pads: Sequence[mx.array]
     chunk: Chunk | None
     n: int
+    host_masks: dict = field(default_factory=dict)
 
 
-def _rope_rows(attn: nn.Module, q: mx.array, k: mx.array, positions: mx.array) -> tuple[mx.array, mx.array]:
+def _rope_rows(
+    attn: nn.Module, q: mx.array, k: mx.array, positions: mx.array, table: RopeTable | None
+) -> tuple[mx.array, mx.array]:
     """Rotary embeddings for the first ``len(positions)`` flat rows of ``q`` and ``k``, row i at
     ``positions[i]``, in one call: each row is its own batch entry with its own offset. Per row it
     is the same arithmetic as per stream, and one call a layer instead of two per group and chunk
-    (~0.25 ms each on the CPU, ad hoc). The dummy rows after them are dropped: nothing attends them."""
+    (~0.25 ms each on the CPU, ad hoc); with ``table`` (made once a pass for ``positions``) not
+    even that. The dummy rows after them are dropped: nothing attends them."""
     n, heads, kv_heads = positions.shape[0], attn.n_heads, attn.n_kv_heads
     both = mx.concatenate([q[:n].reshape(n, heads, 1, -1), k[:n].reshape(n, kv_heads, 1, -1)], axis=1)
-    both = attn.rope(both, offset=positions)
+    both = table(both) if table is not None else attn.rope(both, offset=positions)
     return both[:, :heads].reshape(n, -1), both[:, heads:].reshape(n, -1)
 
 
@@ -244,7 +256,7 @@ def _host_attention(
                       for i, r in enumerate(g.rows)]
     if plan.chunk is not None:
         items.append((*_chunk_qkv(attn, layer, qkv, plan), None))
-    outs = hostexp.attention_many(items, attn.scale)
+    outs = hostexp.attention_many(items, attn.scale, plan.host_masks)
     blocks, at = [], 0
     for g in plan.groups:
         count = 1 if g.index is None else len(g.rows)

@@ -38,6 +38,7 @@ from engine.events import Event, Failed, Finished, Origin, ReplyStats, Request, 
 from engine.forward import ROW_MULTIPLE, Chunk, grouped_logits, prefill, supports_grouped
 from engine.lanecache import LaneCache
 from engine.models import LoadedModel
+from engine.padded import padded_logits, supports_padded
 from engine.stream import Stream
 from engine.verify import adjusted_probs, verify_greedy, verify_sampled
 
@@ -96,6 +97,8 @@ class Scheduler:
         self.prefill_chunk = CPU_PREFILL_CHUNK if loaded.device == "cpu" else PREFILL_CHUNK
         # Softmax and SiLU on numpy (engine.hostexp): every pass of several rows runs grouped then.
         self.host_exp = loaded.device == "cpu" and self.costs.grouped
+        # Rotary cosines and sines made once a pass (engine.rotary): the CPU's rope rebuilds them per call.
+        self.rope_table = loaded.device == "cpu" and supports_padded(self.model)
         self.conversations = conversations if conversations is not None else ConversationCache()
         self.lanes = LaneCache(loaded.n_layers)
         self.active: list[Stream] = []  # row i of self.lanes is self.active[i]
@@ -224,10 +227,10 @@ class Scheduler:
             if grouped or (self.host_exp and width > 1):
                 groups = lanes.begin_grouped(widths)
                 logits = grouped_logits(self.model, lanes, groups, [[0] * w for w in widths], self.row_multiple,
-                                        host_exp=self.host_exp)
+                                        host_exp=self.host_exp, rope_table=self.rope_table)
             else:
                 lanes.begin_round(width)
-                logits = self.model(mx.zeros((len(widths), width), dtype=mx.int32), cache=lanes.views)
+                logits = self._padded(lanes, mx.zeros((len(widths), width), dtype=mx.int32))
             mx.eval(mx.argmax(logits, axis=-1))
             best = min(best, time.perf_counter() - t0)
             lanes.end_round()
@@ -269,7 +272,8 @@ class Scheduler:
                 # The transformer body only: prefill needs keys and values, not logits, and the
                 # vocabulary projection is a fifth of this model's compute.
                 if self.host_exp:
-                    prefill(self.model, Chunk(s.prompt[job.done : end], job.caches), self.row_multiple, True)
+                    prefill(self.model, Chunk(s.prompt[job.done : end], job.caches), self.row_multiple, True,
+                            self.rope_table)
                 else:
                     body = getattr(self.model, "model", self.model)
                     body(mx.array(s.prompt[job.done : end])[None], cache=job.caches)
@@ -337,7 +341,8 @@ class Scheduler:
             if ahead is not None:
                 choices, picked = ahead, []
             elif grouped:
-                flat = grouped_logits(self.model, self.lanes, groups, rows, self.row_multiple, chunk, self.host_exp)
+                flat = grouped_logits(self.model, self.lanes, groups, rows, self.row_multiple, chunk, self.host_exp,
+                                      self.rope_table)
                 starts = list(itertools.accumulate((len(r) for r in rows), initial=0))
                 pad = [[starts[i] + min(j, len(r) - 1) for j in range(width)] for i, r in enumerate(rows)]
                 choices = mx.argmax(flat, axis=-1)[mx.array(pad, dtype=mx.int32)]
@@ -345,7 +350,7 @@ class Scheduler:
             else:
                 # Padding repeats a stream's last row: masked out by position, never kept.
                 inputs = [r + [r[-1]] * (width - len(r)) for r in rows]
-                logits = self.model(mx.array(inputs, dtype=mx.int32), cache=self.lanes.views)
+                logits = self._padded(self.lanes, mx.array(inputs, dtype=mx.int32))
                 choices = mx.argmax(logits, axis=-1)
                 picked = [logits[i, : len(drafts[i]) + 1] for i in sampling]
             advanced = self._run_ahead(plan, width, sampling, choices)
@@ -461,11 +466,18 @@ class Scheduler:
             self.lanes.advance(row, 1)
         self.lanes.end_round()
         self.lanes.begin_round(1)
-        logits = self.model(choices.astype(mx.int32), cache=self.lanes.views)
+        logits = self._padded(self.lanes, choices.astype(mx.int32))
         self.ahead = RunAhead(list(plan.streams), mx.argmax(logits, axis=-1))
         mx.async_eval(self.ahead.choices)
         self.lanes.end_round()
         return True
+
+    def _padded(self, lanes: LaneCache, tokens: mx.array) -> mx.array:
+        """A padded pass's logits (after ``lanes.begin_round``): mlx-lm's model, or on the CPU the
+        same arithmetic with the rotary table made once (``engine.padded``)."""
+        if self.rope_table:
+            return padded_logits(self.model, lanes, tokens)
+        return self.model(tokens, cache=lanes.views)
 
     def _leave(self, row: int) -> None:
         s = self.active.pop(row)

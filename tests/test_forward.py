@@ -134,3 +134,45 @@ def test_other_architectures_are_not_grouped() -> None:
     import mlx.nn as nn
 
     assert not supports_grouped(nn.Linear(2, 2))
+
+
+@pytest.mark.parametrize(("lengths", "width"), [([40], 1), ([40], 4), ([40, 77, 300, 12], 1), ([40, 77, 5], 5)])
+def test_padded_pass_is_mlx_lms_bit_for_bit(loaded, lengths: list[int], width: int) -> None:
+    """engine.padded's pass (the rotary table made once) gives mlx-lm's logits and keys exactly."""
+    from engine.padded import padded_logits, supports_padded
+
+    assert supports_padded(loaded.model)
+    tokens = mx.array([[(31 * b + 5 * j) % 5000 + 50 for j in range(width)] for b in range(len(lengths))],
+                      dtype=mx.int32)
+    theirs, mine = lanes_with(loaded, lengths), lanes_with(loaded, lengths)
+    theirs.begin_round(width)
+    mine.begin_round(width)
+    expected = loaded.model(tokens, cache=theirs.views)
+    assert mx.array_equal(padded_logits(loaded.model, mine, tokens), expected).item()
+    for layer in range(loaded.n_layers):
+        assert mx.array_equal(mine.keys[layer], theirs.keys[layer]).item()
+        assert mx.array_equal(mine.values[layer], theirs.values[layer]).item()
+
+
+@pytest.mark.parametrize("host_exp", [False, True])
+def test_rotary_table_leaves_the_grouped_pass_unchanged(loaded, host_exp: bool) -> None:
+    widths, lengths = [12, 1, 5, 1], [300, 41, 77, 120]
+    rows = [[(31 * b + 5 * j) % 5000 + 50 for j in range(w)] for b, w in enumerate(widths)]
+    tokens = [(17 * i) % 4000 + 90 for i in range(40)]
+    passes, caches = [], []
+    for table in (False, True):
+        lanes, cs = lanes_with(loaded, lengths), [KVCache() for _ in range(loaded.n_layers)]
+        passes.append(grouped_logits(loaded.model, lanes, lanes.begin_grouped(widths), rows, ROW_MULTIPLE,
+                                     Chunk(tokens, cs), host_exp, rope_table=table))
+        caches.append(cs)
+    assert mx.array_equal(passes[0], passes[1]).item()
+    for layer in range(loaded.n_layers):
+        assert mx.array_equal(caches[0][layer].keys, caches[1][layer].keys).item()
+
+
+def test_other_models_keep_mlx_lms_own_pass() -> None:
+    import mlx.nn as nn
+
+    from engine.padded import supports_padded
+
+    assert not supports_padded(nn.Linear(2, 2))
