@@ -27,8 +27,9 @@ def supports_padded(model: nn.Module) -> bool:
     if not supports_grouped(model):
         return False
     ropes = [layer.self_attn.rope for layer in model.model.layers]
-    settings = {(r.dims, r.traditional, r.base, r.scale) for r in ropes if tabled(r)}
-    return all(tabled(r) for r in ropes) and len(settings) == 1  # one table serves every layer
+    if not all(tabled(r) for r in ropes):
+        return False
+    return len({(r.dims, r.traditional, r.base, r.scale) for r in ropes}) == 1  # one table serves every layer
 
 
 def padded_logits(model: nn.Module, lanes: LaneCache, tokens: mx.array) -> mx.array:

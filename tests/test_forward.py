@@ -92,26 +92,31 @@ def test_a_prompt_chunk_rides_in_the_pass(loaded, row_multiple: int, chunk_len: 
         assert mx.abs(m.values[..., : m.offset, :] - t.values[..., : t.offset, :]).max().item() < 1e-3
 
 
+def grouped_pass_with_chunk(
+    loaded, widths: list[int], with_chunk: bool, host_exp: bool, rope_table: bool = False
+) -> tuple[mx.array, list[KVCache]]:
+    """A grouped pass over streams of lengths 300, 41, 77, 120 (and a 40-token chunk): logits, chunk caches."""
+    lengths = [300, 41, 77, 120][: len(widths)]
+    rows = [[(31 * b + 5 * j) % 5000 + 50 for j in range(w)] for b, w in enumerate(widths)]
+    lanes, caches = lanes_with(loaded, lengths), [KVCache() for _ in range(loaded.n_layers)]
+    chunk = Chunk([(17 * i) % 4000 + 90 for i in range(40)], caches) if with_chunk else None
+    logits = grouped_logits(loaded.model, lanes, lanes.begin_grouped(widths), rows, ROW_MULTIPLE, chunk, host_exp,
+                            rope_table)
+    return logits, caches
+
+
 @pytest.mark.parametrize("with_chunk", [False, True])
 def test_host_exp_pass_matches_the_mlx_one(loaded, with_chunk: bool) -> None:
     """Softmax and SiLU on numpy (engine.hostexp) give the logits and keys MLX's own do, to rounding."""
-    widths, lengths = [9, 1, 4, 1], [300, 41, 77, 120]
-    rows = [[(31 * b + 5 * j) % 5000 + 50 for j in range(w)] for b, w in enumerate(widths)]
-    tokens = [(17 * i) % 4000 + 90 for i in range(40)]
-    passes, caches = [], []
-    for host_exp in (False, True):
-        lanes, cs = lanes_with(loaded, lengths), [KVCache() for _ in range(loaded.n_layers)]
-        chunk = Chunk(tokens, cs) if with_chunk else None
-        passes.append(grouped_logits(loaded.model, lanes, lanes.begin_grouped(widths), rows, ROW_MULTIPLE, chunk,
-                                     host_exp))
-        caches.append(cs)
-    mlx_pass, host_pass = passes
+    (mlx_pass, mlx_caches), (host_pass, host_caches) = (
+        grouped_pass_with_chunk(loaded, [9, 1, 4, 1], with_chunk, host_exp) for host_exp in (False, True)
+    )
     assert mx.array_equal(mx.argmax(mlx_pass, axis=-1), mx.argmax(host_pass, axis=-1)).item()
     assert mx.abs(mlx_pass - host_pass).max().item() < 1e-3
     if with_chunk:
         for layer in (0, loaded.n_layers - 1):
-            m, h = caches[0][layer], caches[1][layer]
-            assert m.offset == h.offset == len(tokens)
+            m, h = mlx_caches[layer], host_caches[layer]
+            assert m.offset == h.offset == 40
             assert mx.abs(m.keys[..., : m.offset, :] - h.keys[..., : h.offset, :]).max().item() < 1e-3
 
 
@@ -156,18 +161,12 @@ def test_padded_pass_is_mlx_lms_bit_for_bit(loaded, lengths: list[int], width: i
 
 @pytest.mark.parametrize("host_exp", [False, True])
 def test_rotary_table_leaves_the_grouped_pass_unchanged(loaded, host_exp: bool) -> None:
-    widths, lengths = [12, 1, 5, 1], [300, 41, 77, 120]
-    rows = [[(31 * b + 5 * j) % 5000 + 50 for j in range(w)] for b, w in enumerate(widths)]
-    tokens = [(17 * i) % 4000 + 90 for i in range(40)]
-    passes, caches = [], []
-    for table in (False, True):
-        lanes, cs = lanes_with(loaded, lengths), [KVCache() for _ in range(loaded.n_layers)]
-        passes.append(grouped_logits(loaded.model, lanes, lanes.begin_grouped(widths), rows, ROW_MULTIPLE,
-                                     Chunk(tokens, cs), host_exp, rope_table=table))
-        caches.append(cs)
-    assert mx.array_equal(passes[0], passes[1]).item()
+    (rope_pass, rope_caches), (table_pass, table_caches) = (
+        grouped_pass_with_chunk(loaded, [12, 1, 5, 1], True, host_exp, rope_table) for rope_table in (False, True)
+    )
+    assert mx.array_equal(rope_pass, table_pass).item()
     for layer in range(loaded.n_layers):
-        assert mx.array_equal(caches[0][layer].keys, caches[1][layer].keys).item()
+        assert mx.array_equal(rope_caches[layer].keys, table_caches[layer].keys).item()
 
 
 def test_other_models_keep_mlx_lms_own_pass() -> None:
