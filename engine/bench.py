@@ -40,6 +40,7 @@ class CellRun:
     rounds: int = 0
     rounds_ahead: int = 0  # rounds started before the previous round's tokens reached the host
     rounds_grouped: int = 0  # rounds run as a grouped pass (engine.forward)
+    rounds_host: int = 0  # rounds run by numpy (engine.hostpass)
     chunks_ridden: int = 0  # prefill chunks computed inside a round's pass
     histogram: dict[int, int] = field(default_factory=dict)  # drafts accepted per window -> windows
     # Lanes cells: each stream's seconds from submit to finish and the rounds it took part in.
@@ -106,6 +107,7 @@ def run_lanes(loaded: LoadedModel, items: list[WorkItem], costs: CostModel, cell
     run.forward_s, run.host_s, run.rounds = sched.forward_s, sched.host_s, sched.round
     run.rounds_ahead = sched.rounds_ahead
     run.rounds_grouped = sched.rounds_grouped
+    run.rounds_host = sched.rounds_host
     run.chunks_ridden = sched.chunks_ridden
     run.histogram = dict(sorted(sched.histogram.items()))
     for it in items:
@@ -218,7 +220,8 @@ def _summarise(
                 "tok_s": run.tok_s, "seconds": run.seconds, "tokens": run.generated, "streams": streams,
                 "forward_s": run.forward_s, "host_s": run.host_s, "engine_rounds": run.rounds,
                 "rounds_ahead": run.rounds_ahead,
-                "rounds_grouped": run.rounds_grouped, "chunks_ridden": run.chunks_ridden,
+                "rounds_grouped": run.rounds_grouped, "rounds_host": run.rounds_host,
+                "chunks_ridden": run.chunks_ridden,
                 "accepted_per_window": run.histogram,
             })
             for src, c in run.rows.items():

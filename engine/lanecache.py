@@ -117,6 +117,12 @@ class LaneCache:
                 groups.append(self._group(tuple(rows), max(widths[r] for r in rows)))
         return groups
 
+    def begin_host(self, widths: Sequence[int]) -> None:
+        """Prepare a round whose pass writes the buffers itself (``engine.hostpass``): room for the
+        widest stream's rows, and no masks (it makes its own)."""
+        assert len(widths) == self.batch
+        self._reserve(max(widths))
+
     def _reserve(self, width: int) -> None:
         need = max(self.lengths) + width
         if need > self.capacity:

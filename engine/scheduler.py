@@ -36,6 +36,7 @@ from engine.costmodel import (
 from engine.errors import LanesError, PromptTooLongError
 from engine.events import Event, Failed, Finished, Origin, ReplyStats, Request, RoundStats, Tokens
 from engine.forward import ROW_MULTIPLE, Chunk, grouped_logits, prefill, supports_grouped
+from engine.hostpass import HostPass, supports_host
 from engine.lanecache import LaneCache
 from engine.models import LoadedModel
 from engine.padded import padded_logits, supports_padded
@@ -99,6 +100,8 @@ class Scheduler:
         self.host_exp = loaded.device == "cpu" and self.costs.grouped
         # Rotary cosines and sines made once a pass (engine.rotary): the CPU's rope rebuilds them per call.
         self.rope_table = loaded.device == "cpu" and supports_padded(self.model)
+        # Rounds without a prompt chunk computed by numpy on the CPU (engine.hostpass).
+        self.host_pass = HostPass(self.model) if loaded.device == "cpu" and supports_host(self.model) else None
         self.conversations = conversations if conversations is not None else ConversationCache()
         self.lanes = LaneCache(loaded.n_layers)
         self.active: list[Stream] = []  # row i of self.lanes is self.active[i]
@@ -110,6 +113,7 @@ class Scheduler:
         self.ahead: RunAhead | None = None
         self.rounds_ahead = 0  # rounds that ran ahead (see _run_ahead)
         self.rounds_grouped = 0  # rounds the cost model ran as a grouped pass (engine.forward)
+        self.rounds_host = 0  # rounds run by numpy (engine.hostpass)
         self.chunks_ridden = 0  # prefill chunks computed inside a round's (grouped) pass
 
     # -- requests ------------------------------------------------------------
@@ -224,14 +228,18 @@ class Scheduler:
         best = float("inf")
         for _ in range(repeats + 1):
             t0 = time.perf_counter()
-            if grouped or (self.host_exp and width > 1):
+            if self.host_pass is not None:
+                lanes.begin_host(widths)
+                self.host_pass.logits(lanes, [[0] * w for w in widths]).argmax(axis=-1)
+            elif grouped or (self.host_exp and width > 1):
                 groups = lanes.begin_grouped(widths)
                 logits = grouped_logits(self.model, lanes, groups, [[0] * w for w in widths], self.row_multiple,
                                         host_exp=self.host_exp, rope_table=self.rope_table)
             else:
                 lanes.begin_round(width)
                 logits = self._padded(lanes, mx.zeros((len(widths), width), dtype=mx.int32))
-            mx.eval(mx.argmax(logits, axis=-1))
+            if self.host_pass is None:
+                mx.eval(mx.argmax(logits, axis=-1))
             best = min(best, time.perf_counter() - t0)
             lanes.end_round()
         return best
@@ -326,11 +334,16 @@ class Scheduler:
         chunk = None
         if rider is not None and ahead is None:
             chunk = Chunk(rider.stream.prompt[rider.done : self._chunk_end(rider)], rider.caches)
-        grouped = chunk is not None or (
+        host = chunk is None and ahead is None and self.host_pass is not None
+        grouped = not host and (chunk is not None or (
             ahead is None and ((self.host_exp and width > 1) or self.costs.groups_pay(batch, width, wide, keys))
-        )
+        ))
         saved = (self.lanes.save(), chunk.save()) if chunk is not None else None
-        if grouped:
+        choice_rows: list[list[int]] = []
+        if host:
+            self.rounds_host += 1
+            self.lanes.begin_host([len(r) for r in rows])
+        elif grouped:
             if chunk is None:  # rounds with a chunk are counted in chunks_ridden
                 self.rounds_grouped += 1
             groups = self.lanes.begin_grouped([len(r) for r in rows])
@@ -338,8 +351,17 @@ class Scheduler:
             self.lanes.begin_round(width)
         t_fwd = time.perf_counter()
         try:
+            choices: mx.array | None = None
+            advanced = False
             if ahead is not None:
                 choices, picked = ahead, []
+            elif host:
+                assert self.host_pass is not None
+                logits = self.host_pass.logits(self.lanes, rows)
+                best = logits.argmax(axis=-1).tolist()
+                starts = list(itertools.accumulate((len(r) for r in rows), initial=0))
+                choice_rows = [best[starts[i] : starts[i + 1]] for i in range(batch)]
+                picked = [logits[starts[i] : starts[i + 1]] for i in sampling]
             elif grouped:
                 flat = grouped_logits(self.model, self.lanes, groups, rows, self.row_multiple, chunk, self.host_exp,
                                       self.rope_table)
@@ -353,8 +375,10 @@ class Scheduler:
                 logits = self._padded(self.lanes, mx.array(inputs, dtype=mx.int32))
                 choices = mx.argmax(logits, axis=-1)
                 picked = [logits[i, : len(drafts[i]) + 1] for i in sampling]
-            advanced = self._run_ahead(plan, width, sampling, choices)
-            mx.eval(choices, *picked, *([c.keys for c in chunk.caches] if chunk is not None else []))
+            if choices is not None:
+                advanced = self._run_ahead(plan, width, sampling, choices)
+                mx.eval(choices, *picked, *([c.keys for c in chunk.caches] if chunk is not None else []))
+                choice_rows = choices.tolist()
         except Exception as exc:
             self.ahead = None
             self.lanes.end_round()
@@ -374,7 +398,6 @@ class Scheduler:
         if chunk is not None and rider is not None:
             rider.done += len(chunk.tokens)
             self.chunks_ridden += 1
-        choice_rows = choices.tolist()
         sampled = dict(zip(sampling, picked, strict=True))
 
         done: list[int] = []
@@ -424,7 +447,8 @@ class Scheduler:
         self.host_s += host_s
         # A round that ran ahead waited for part of a pass, one with a chunk for more than its rows.
         if ahead is None and chunk is None:
-            self.costs.observe(batch, width, forward_s, wide if grouped else None, keys)
+            # numpy's pass is unpadded, as a grouped one is; with no stream drafting both are uniform.
+            self.costs.observe(batch, width, forward_s, wide if grouped or (host and wide) else None, keys)
         self.costs.observe_overhead(host_s)
         return chunk is not None
 

@@ -59,10 +59,13 @@ def random_allocator(rng: random.Random):
     return allocate
 
 
-@pytest.mark.parametrize("grouped", [True, False], ids=["grouped", "padded"])
+@pytest.mark.parametrize("mode", ["host", "grouped", "padded"])
 @pytest.mark.parametrize("seed", [1, 2, 3])
-def test_greedy_equals_mlx_lm_under_adversarial_drafts(loaded, reference, chat_prompt, monkeypatch, seed, grouped) -> None:
-    """Grouped: every round where some streams draft and others do not runs as a grouped pass."""
+def test_greedy_equals_mlx_lm_under_adversarial_drafts(loaded, reference, chat_prompt, monkeypatch, seed, mode) -> None:
+    """Host: rounds without a prompt chunk run on numpy (engine.hostpass), the CPU's default.
+    Grouped: every round where some streams draft and others do not runs as a grouped pass.
+    Padded: every round is padded to its widest stream (with run-ahead, as on a GPU)."""
+    grouped = mode == "grouped"
     rng = random.Random(seed)
     monkeypatch.setattr(CostModel, "groups_pay", lambda self, b, w, k, keys=0: grouped and k is not None and 0 < k < b and w > 1)
     texts = [prompts.COPY, prompts.FRANCE, prompts.CODE, prompts.OPEN]
@@ -74,6 +77,9 @@ def test_greedy_equals_mlx_lm_under_adversarial_drafts(loaded, reference, chat_p
 
     events: list[Event] = []
     sched = Scheduler(loaded, events.append)
+    assert sched.host_pass is not None  # the CPU's default
+    if mode != "host":
+        sched.host_pass = None
     sched.host_exp = grouped  # with it, every round of several rows runs grouped
     pending = []
     for text in texts:
@@ -91,6 +97,7 @@ def test_greedy_equals_mlx_lm_under_adversarial_drafts(loaded, reference, chat_p
             assert sched.lanes.lengths[row] == len(s.prompt) + len(s.output) - 1
 
     assert (sched.rounds_grouped > 0) == grouped
+    assert (sched.rounds_host > 0) == (mode == "host")
     assert sched.chunks_ridden > 0  # streams joined while others ran: their chunks rode in passes
     done = {e.request_id: e for e in events if isinstance(e, Finished)}
     assert len(done) == len(texts)
@@ -105,10 +112,11 @@ def test_copy_drafts_land_and_match(loaded, reference, chat_prompt, monkeypatch,
     With ``run_ahead_always`` every draft-free round runs ahead even when the next one drafts after
     all: that early round must be dropped and its positions overwritten.
     """
-    if run_ahead_always:
-        monkeypatch.setattr(Stream, "surely_draft_free_next", lambda self, recall: True)
     events: list[Event] = []
     sched = Scheduler(loaded, events.append)
+    if run_ahead_always:
+        monkeypatch.setattr(Stream, "surely_draft_free_next", lambda self, recall: True)
+        sched.host_pass = None  # numpy's passes never run ahead: this is the MLX path's (a GPU's)
     reqs = [Request(prompt_tokens=tuple(chat_prompt(t)), max_tokens=64, own_copy_rates=False)
             for t in (prompts.COPY, prompts.CODE)]
     for r in reqs:
@@ -209,6 +217,7 @@ def test_plain_rounds_run_ahead_and_stay_equal(loaded, reference, chat_prompt) -
     a cancellation and a stream joining mid-run leave every token equal to mlx-lm's."""
     events: list[Event] = []
     sched = Scheduler(loaded, events.append)
+    sched.host_pass = None  # numpy's passes never run ahead: this is the MLX path's (a GPU's)
     lengths = {prompts.OPEN: 40, prompts.FRANCE: 12, prompts.CODE: 30}
     reqs = [Request(prompt_tokens=tuple(chat_prompt(t)), max_tokens=n, drafts=False) for t, n in lengths.items()]
     for r in reqs:

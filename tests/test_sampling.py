@@ -109,17 +109,19 @@ def test_sampling_in_lanes_is_seeded_and_varied(loaded, chat_prompt) -> None:
 @pytest.mark.model
 def test_sampled_streams_read_their_own_rows_of_a_grouped_pass(loaded, chat_prompt, monkeypatch) -> None:
     """A sampled stream in a round where another stream drafts: its logits come from its own rows
-    of the grouped pass, so a seeded reply is what the padded pass gives (logits equal to float
-    rounding), and greedy neighbours still copy."""
+    of the grouped pass (or numpy's), so a seeded reply is what the padded pass gives (logits equal
+    to float rounding), and greedy neighbours still copy."""
     from engine.costmodel import CostModel
     from engine.events import Finished, Request
     from engine.scheduler import Scheduler
     from tests import prompts
 
-    def run(grouped: bool) -> tuple[dict[str, tuple[int, ...]], int]:
+    def run(grouped: bool, host: bool = False) -> tuple[dict[str, tuple[int, ...]], int]:
         monkeypatch.setattr(CostModel, "groups_pay", lambda self, b, w, k, keys=0: grouped and k is not None and 0 < k < b and w > 1)
         events: list = []
         sched = Scheduler(loaded, events.append)
+        if not host:
+            sched.host_pass = None
         sched.host_exp = grouped  # with it, every round of several rows runs grouped
         reqs = {"sampled": Request(prompt_tokens=tuple(chat_prompt(prompts.OPEN)), max_tokens=32,
                                    temperature=0.8, top_p=0.95, seed=7, drafts=False),
@@ -129,9 +131,10 @@ def test_sampled_streams_read_their_own_rows_of_a_grouped_pass(loaded, chat_prom
         while sched.busy:
             sched.step()
         done = {e.request_id: e.tokens for e in events if isinstance(e, Finished)}
-        return {name: done[r.id] for name, r in reqs.items()}, sched.rounds_grouped
+        return {name: done[r.id] for name, r in reqs.items()}, sched.rounds_host if host else sched.rounds_grouped
 
     grouped, n_grouped = run(True)
     padded, n_padded = run(False)
-    assert n_grouped > 0 and n_padded == 0
-    assert grouped == padded
+    numpy_, n_host = run(False, host=True)  # the CPU's default: numpy's pass (engine.hostpass)
+    assert n_grouped > 0 and n_padded == 0 and n_host > 0
+    assert grouped == padded == numpy_
