@@ -33,13 +33,6 @@ OPT_OUT = "LANES_NO_BLAS_REEXEC"
 
 # Read by OpenBLAS when it loads: which kernels to use instead of the ones it detects.
 CORETYPE = "OPENBLAS_CORETYPE"
-# Read by OpenBLAS when it loads: how long (2^n cycles) its idle threads spin before they sleep.
-# Preloading OpenBLAS puts a second copy in the process beside numpy's own; the default (2^28, ~0.1 s)
-# keeps one copy's threads spinning on the 2 cores through the other's next product. Measured ad hoc
-# (2026-12-02, 2-core Xeon): a 128-token prefill right after a numpy pass 403 -> 335 ms, a numpy
-# pass right after a prefill 113 -> 52 ms; neither slower alone.
-THREAD_TIMEOUT = "OPENBLAS_THREAD_TIMEOUT"
-SPIN_TIMEOUT = "4"  # OpenBLAS's minimum
 
 _APT_PACKAGE = "libopenblas0-pthread"
 # OpenBLAS cores with AVX2 kernels or better: a choice among these is left alone.
@@ -132,9 +125,8 @@ def _kernels(library: str) -> tuple[str | None, str | None]:
 
 
 def fast_blas_env(env: Mapping[str, str]) -> dict[str, str]:
-    """The variables to add to ``env`` for MLX's fast CPU path on Linux: ``LD_PRELOAD`` (with
-    ``OPENBLAS_THREAD_TIMEOUT``, see :data:`THREAD_TIMEOUT`) and, where OpenBLAS would pick old
-    kernels, ``OPENBLAS_CORETYPE``. Empty when nothing is missing.
+    """The variables to add to ``env`` for MLX's fast CPU path on Linux: ``LD_PRELOAD`` and, where
+    OpenBLAS would pick old kernels, ``OPENBLAS_CORETYPE``. Empty when nothing is missing.
 
     Loads OpenBLAS into this process to ask which kernels it picks (call it before MLX is imported).
     """
@@ -145,8 +137,6 @@ def fast_blas_env(env: Mapping[str, str]) -> dict[str, str]:
     if library is None:
         return {}
     extra = {} if preloaded else {"LD_PRELOAD": " ".join([library, *_preloaded_entries(env)])}
-    if not preloaded and not env.get(THREAD_TIMEOUT):
-        extra[THREAD_TIMEOUT] = SPIN_TIMEOUT
     if not env.get(CORETYPE):
         better = _kernels(library)[1]
         if better is not None:

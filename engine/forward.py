@@ -28,7 +28,8 @@ Measured (ad hoc, 2-core CPU, 4 streams at ~300 tokens of context, whole pass, m
 stream (9, 1, 1, 1) padded 186, grouped 115; (17, 1, 1, 1) 275 / 148; (17, 5, 3, 1) 274 / 191;
 (1, 1, 1, 1) is never grouped. The scheduler groups a round when its cost model says so, when a
 prompt chunk rides in it (below), and on the CPU whenever a stream has several rows, since only
-this pass computes exponentials on numpy (``engine.hostexp``).
+this pass computes exponentials on numpy (``engine.hostexp``). On the CPU numpy's own pass
+(``engine.hostpass``) now runs every round without a chunk, for the models it knows.
 
 A ``Chunk`` of a joining stream's prompt can ride in the same pass: its rows join the flattened
 rows of the linear layers and attend causally over that stream's own caches, as mlx-lm's prefill

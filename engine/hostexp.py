@@ -7,7 +7,7 @@ to numpy costs a sync of the lazy graph at each (the arrays cross by a copy) and
 up. Ad hoc, 2-core Xeon, whole grouped pass at ~500 keys of context (ms, MLX / numpy):
 
     rows per stream (1)              104 / 87
-    (1, 1, 1, 1)                     132 / 136   <- one-row rounds keep MLX's path (and run ahead)
+    (1, 1, 1, 1)                     132 / 136   <- MLX's path (and run-ahead) stayed better here
     (16, 1, 1, 1)                    305 / 213
     (16, 12, 9, 1)                   585 / 256
     (1, 1, 1) + a 128-token chunk    798 / 445
@@ -15,6 +15,8 @@ up. Ad hoc, 2-core Xeon, whole grouped pass at ~500 keys of context (ms, MLX / n
 Logits differ from the MLX ones by float rounding (3e-5 at most in those passes, against 1e-3 for
 matrix products of other shapes); greedy tokens are checked against mlx-lm's own generation by the
 fidelity tests and every benchmark cell. Metal's ``exp`` is vectorised: this is for the CPU only.
+On the CPU, rounds without a prompt chunk now run wholly on numpy (``engine.hostpass``); this
+module serves the passes that carry a chunk, and prefill.
 """
 
 from __future__ import annotations

@@ -4,7 +4,8 @@
 prefill chunk of a joining stream. Where the model has grouped passes
 (``engine.forward``) the chunk rides in the round's own pass, so running streams
 keep their pace while a long prompt joins; elsewhere it runs after the round, and
-stalls them by at most one chunk. It runs on whichever single thread owns MLX
+stalls them by at most one chunk. On the CPU a round without a chunk runs on numpy
+(``engine.hostpass``), for the models it knows. It runs on whichever single thread owns MLX
 (the engine thread, or the benchmark's main thread) and reports through ``emit``.
 """
 

@@ -216,15 +216,14 @@ def test_fast_blas_env(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(blas, "_x86_64", lambda: True)
     monkeypatch.setattr(blas, "cpu_flags", lambda: AVX512)
     monkeypatch.setattr(blas, "openblas_corename", lambda lib: cores.get(lib, "Prescott"))
-    core, spin = blas.CORETYPE, blas.THREAD_TIMEOUT
-    assert blas.fast_blas_env({}) == {"LD_PRELOAD": LIB, spin: "4", core: "SkylakeX"}
+    core = blas.CORETYPE
+    assert blas.fast_blas_env({}) == {"LD_PRELOAD": LIB, core: "SkylakeX"}
     assert blas.fast_blas_env({"LD_PRELOAD": "/lib/libm.so.6"}) == {"LD_PRELOAD": f"{LIB} /lib/libm.so.6",
-                                                                   spin: "4", core: "SkylakeX"}
-    assert blas.fast_blas_env({spin: "8"}) == {"LD_PRELOAD": LIB, core: "SkylakeX"}  # a choice made stands
+                                                                   core: "SkylakeX"}
     assert blas.fast_blas_env({"LD_PRELOAD": LIB}) == {core: "SkylakeX"}  # preloaded (make): only the kernels
     assert blas.fast_blas_env({"LD_PRELOAD": LIB, core: "Haswell"}) == {}  # a choice already made stands
     cores[LIB] = "Zen"
-    assert blas.fast_blas_env({}) == {"LD_PRELOAD": LIB, spin: "4"}
+    assert blas.fast_blas_env({}) == {"LD_PRELOAD": LIB}
     assert blas.fast_blas_env({"LD_PRELOAD": LIB}) == {}
     monkeypatch.setattr(blas, "openblas_path", lambda: None)
     assert blas.fast_blas_env({}) == {}
