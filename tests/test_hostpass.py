@@ -94,3 +94,36 @@ def test_embedded_model_matches_mlx_lm(loaded, widths: list[int]) -> None:
     assert supports_host(loaded.model)
     lengths = [300, 41, 77, 120][: len(widths)]
     compare(loaded.model, loaded.n_layers, lengths, widths, vocab=5000, tol=1e-3)
+
+
+@pytest.mark.model
+def test_a_pass_that_raises_leaves_the_engine_healthy(loaded, reference, chat_prompt, monkeypatch) -> None:
+    """A fault half way through numpy's pass (keys already written for five layers) fails that
+    round's streams; the next request's tokens still equal mlx-lm's."""
+    from engine.events import Failed, Finished, Request
+    from engine.scheduler import Scheduler
+    from tests import prompts
+
+    real, calls = HostPass._attend, {"n": 0}
+
+    def faulty(self, *args):
+        calls["n"] += 1
+        if calls["n"] == 6:
+            raise RuntimeError("injected")
+        return real(self, *args)
+
+    events: list = []
+    sched = Scheduler(loaded, events.append)
+    monkeypatch.setattr(HostPass, "_attend", faulty)
+    doomed = Request(prompt_tokens=tuple(chat_prompt(prompts.OPEN)), max_tokens=8)
+    sched.submit(doomed)
+    while sched.busy:
+        sched.step()
+    assert [e.request_id for e in events if isinstance(e, Failed)] == [doomed.id]
+    after = Request(prompt_tokens=tuple(chat_prompt(prompts.COPY)), max_tokens=24)
+    sched.submit(after)
+    while sched.busy:
+        sched.step()
+    done = next(e for e in events if isinstance(e, Finished))
+    assert done.request_id == after.id and sched.rounds_host > 1
+    assert list(done.tokens) == reference(list(after.prompt_tokens or ()), 24)
