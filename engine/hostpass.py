@@ -7,12 +7,13 @@ next to that, and MLX charges ~10 us of scheduling per op on the CPU (a pass has
 whole pass runs here, reading the model's own weights as zero-copy numpy views:
 
     rows (1)   all linears 48 -> 24 ms, the output head 15.5 -> 3-5 ms
-    rows (16)  all linears 80 -> 45-56 ms (ad hoc, 2-core Xeon; engine.hostpass's tests check logits)
+    rows (16)  all linears 80 -> 45-56 ms (ad hoc, 2-core Xeon; tests/test_hostpass.py checks logits)
 
 The stream's new keys and values are written straight into the ``LaneCache``'s buffers through
 numpy views of them, at each stream's own length, as a round's pass writes them: positions past the
 lengths are rejected rows that the next round overwrites, so a pass that raises half way leaves
-nothing the lanes would read.
+nothing the lanes would read. The pass evaluates the buffers first, and it runs on the one thread
+that owns MLX, so no lazy MLX computation reads them while numpy writes.
 
 Worked example, one layer for stream i with 2 rows at length 5: its queries are rows 5 and 6 of
 its context; its keys and values are written at positions 5 and 6 of row i of the buffers; query
