@@ -54,6 +54,16 @@ def additive(mask: np.ndarray) -> np.ndarray:
     return np.where(mask, np.float32(0), np.float32(-np.inf))
 
 
+def causal(w: int, keys: int) -> np.ndarray:
+    """The additive mask ``[w, keys]`` of w query rows that are the last w of ``keys`` positions:
+    query j attends keys 0 .. keys - w + j.
+
+    >>> causal(2, 3).tolist()
+    [[0.0, 0.0, -inf], [0.0, 0.0, 0.0]]
+    """
+    return additive(np.arange(keys)[None, :] <= (keys - w + np.arange(w))[:, None])
+
+
 def attention_many(items: Sequence[Attend], scale: float, masks: dict | None = None) -> list[mx.array]:
     """``mx.fast.scaled_dot_product_attention`` for several query blocks, the softmax on the host,
     with one sync of the lazy graph for all of them.
@@ -87,7 +97,7 @@ def attention_many(items: Sequence[Attend], scale: float, masks: dict | None = N
         elif w > 1:
             add = masks.get((w, keys))
             if add is None:
-                add = masks[(w, keys)] = additive(np.arange(keys)[None, :] <= (keys - w + np.arange(w))[:, None])
+                add = masks[(w, keys)] = causal(w, keys)
         probs = mx.array(softmax(a, add).reshape(b, kv_heads, heads // kv_heads * w, keys))
         outs.append((probs @ v).reshape(b, heads, w, dims))
     return outs

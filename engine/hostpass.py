@@ -158,10 +158,9 @@ class HostPass:
             scores = qs @ keys.transpose(0, 2, 1)
             add = None
             if w > 1:
-                add = masks.get((w, length))
+                add = masks.get((w, length + w))
                 if add is None:
-                    s = length + w
-                    add = masks[(w, length)] = hostexp.additive(np.arange(s)[None, :] <= (length + np.arange(w))[:, None])
+                    add = masks[(w, length + w)] = hostexp.causal(w, length + w)
                 scores = scores.reshape(self.kv_heads, group, w, -1)
             probs = hostexp.softmax(scores, add).reshape(self.kv_heads, group * w, -1)
             o = (probs @ values).reshape(self.heads, w, -1).transpose(1, 0, 2)
