@@ -9,8 +9,11 @@ import pytest
 from mlx_lm.models import llama
 from mlx_lm.models.cache import KVCache
 
+from engine.events import Failed, Finished, Request
 from engine.hostpass import HostPass, supports_host
 from engine.lanecache import LaneCache
+from engine.scheduler import Scheduler
+from tests import prompts
 
 
 def lanes_for(model: nn.Module, n_layers: int, lengths: list[int], vocab: int = 5000) -> LaneCache:
@@ -100,10 +103,6 @@ def test_embedded_model_matches_mlx_lm(loaded, widths: list[int]) -> None:
 def test_a_pass_that_raises_leaves_the_engine_healthy(loaded, reference, chat_prompt, monkeypatch) -> None:
     """A fault half way through numpy's pass (keys already written for five layers) fails that
     round's streams; the next request's tokens still equal mlx-lm's."""
-    from engine.events import Failed, Finished, Request
-    from engine.scheduler import Scheduler
-    from tests import prompts
-
     real, calls = HostPass._attend, {"n": 0}
 
     def faulty(self, *args):
