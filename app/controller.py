@@ -18,6 +18,7 @@ from typing import Any
 from PySide6.QtCore import QObject, QTimer, Signal, Slot
 
 from engine.engine import Engine, ModelInfo
+from engine.errors import ModelLoadError
 from engine.events import Tokens
 from engine.spans import origin_spans
 from engine.store.records import Conversation, ConversationSummary, Message
@@ -43,6 +44,8 @@ class LiveReply:
 class ChatController(QObject):
     modelLoaded = Signal(object)  # ModelInfo
     modelFailed = Signal(str)
+    modelRefused = Signal(str, object)  # why, the spec still loaded (the new one cannot work)
+    modelFellBack = Signal(str)  # the saved model failed at launch; the embedded one loads instead
     conversationsChanged = Signal()
     replyStarted = Signal(int)  # conversation id: its user message and empty reply are saved
     liveUpdated = Signal(object)  # set of conversation ids whose streamed text changed
@@ -60,13 +63,15 @@ class ChatController(QObject):
     _compareEvent = Signal(object)
     _futureDone = Signal(object, object)
 
-    def __init__(self, data_path: Path, model: str | None = None,
-                 engine_factory: Callable[[str | None], Engine] = Engine, parent: QObject | None = None) -> None:
+    def __init__(self, store: Store | Path, model: str | None = None,
+                 engine_factory: Callable[[str | None], Engine] = Engine, parent: QObject | None = None,
+                 locate: Callable[[str | None], object] | None = None) -> None:
         super().__init__(parent)
-        self.data_path = data_path
+        self.data_path = store.path if isinstance(store, Store) else Path(store)
         self.model_spec = model
         self.info: ModelInfo | None = None
         self.load_error: str | None = None  # why the model failed to load, until another is chosen
+        self.fell_back: str | None = None  # why the launch model was replaced by the embedded one
         self.live: dict[int, LiveReply] = {}
         self._dirty: set[int] = set()
         self._tasks: dict[int, Any] = {}
@@ -79,7 +84,8 @@ class ChatController(QObject):
         self._timer = QTimer(self)
         self._timer.setInterval(REPAINT_MS)
         self._timer.timeout.connect(self._flush)  # runs only while a reply streams
-        self.service = ChatService(data_path, model, engine_factory)
+        extra = {} if locate is None else {"locate": locate}
+        self.service = ChatService(store, model, engine_factory, **extra)
         self._watch_model()
 
     # -- futures back on the GUI thread ---------------------------------------------------------
@@ -114,9 +120,18 @@ class ChatController(QObject):
                        lambda exc: self._load_failed(gen, exc))
 
     def _load_failed(self, gen: int, exc: BaseException) -> None:
-        if gen == self._model_generation:
-            self.load_error = str(exc)
-            self.modelFailed.emit(self.load_error)
+        if gen != self._model_generation:
+            return
+        if gen == 0 and self.model_spec is not None:
+            # The saved (or asked-for) model failed at launch: the embedded one instead, said plainly;
+            # the setting itself is left as it was, for the user to see and change.
+            self.fell_back = (f"Could not load the model '{self.model_spec}': {exc}. Lanes is using the "
+                              "embedded model instead; Settings still names the one that failed.")
+            self.modelFellBack.emit(self.fell_back)
+            self._load(None)
+            return
+        self.load_error = str(exc)
+        self.modelFailed.emit(self.load_error)
 
     def _loaded(self, engine: Engine, gen: int, info: ModelInfo) -> None:
         if gen != self._model_generation:
@@ -140,14 +155,31 @@ class ChatController(QObject):
 
     def switch_model(self, model: str | None) -> None:
         """Load another model; replies running now are stopped and saved first. The old engine is
-        stopped and joined on the store thread, so the window stays responsive meanwhile."""
+        stopped and joined on the model thread, so the window and its store calls go on meanwhile.
+        A model that cannot work is refused before anything stops (``modelRefused``)."""
+        self._load(model, refusable=True)
+
+    def _load(self, model: str | None, refusable: bool = False) -> None:
+        before = (self.info, self.model_spec, self._decode)
         self.info = None
         self.load_error = None
         self._decode = None
         self.model_spec = model
         self._model_generation += 1
-        self.store_call(lambda _s: self.service.switch_model(model), lambda _r: self._watch_model(),
-                        lambda exc: self.modelFailed.emit(str(exc)))
+        gen = self._model_generation
+
+        def refused(exc: BaseException) -> None:
+            if gen != self._model_generation:
+                return
+            if refusable and isinstance(exc, ModelLoadError):  # nothing was stopped: the old model stays
+                # the old engine's own answers (if it is still loading) count again
+                self.info, self.model_spec, self._decode = before
+                self._model_generation = gen - 1
+                self.modelRefused.emit(str(exc), self.model_spec)
+            else:
+                self.modelFailed.emit(str(exc))
+
+        self.when_done(self.service.switch_model(model), lambda _e: self._watch_model(), refused)
 
     # -- conversations ---------------------------------------------------------------------------
     def list_conversations(self, offset: int, limit: int, on_result: Callable[[list[ConversationSummary]], None]) -> None:

@@ -8,9 +8,16 @@ import asyncio
 import atexit
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from engine import blas
 from engine.runtime import drop_mlx_streams
+
+if TYPE_CHECKING:
+    from PySide6.QtWidgets import QApplication
+
+    from app.preferences import Preferences
+    from engine.store.store import Store
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -29,13 +36,9 @@ def main(argv: list[str] | None = None) -> int:
 
         return selftest.main(model=args.model)
 
-    import qasync
     from PySide6.QtWidgets import QApplication
 
-    from app.controller import ChatController
-    from app.main_window import MainWindow
-    from app.preferences import load_preferences, preferences_path
-    from engine.errors import NewerSchemaError, NotLanesDatabaseError, StoreError
+    from app.preferences import load_preferences
     from engine.store import paths
 
     app = QApplication.instance() or QApplication(sys.argv[:1])
@@ -44,19 +47,24 @@ def main(argv: list[str] | None = None) -> int:
     app.setOrganizationName("Lanes")
     prefs, warnings = load_preferences()
     db = paths.database_path(args.data_dir or prefs.data_dir)
-    try:
-        from engine.store.store import Store
-
-        Store(db).close()  # a foreign or newer file: say so now, before any window
-    except (NotLanesDatabaseError, NewerSchemaError) as exc:
-        if not _offer_move_aside(db, str(exc)):
-            return 2
-    except StoreError as exc:  # locked, unreadable folder...: moving the file would not help
-        from PySide6.QtWidgets import QMessageBox
-
-        QMessageBox.critical(None, "Lanes cannot open its database", str(exc))
+    store = _open_store(db)  # the app's one connection: the window, its replies and the pane share it
+    if store is None:
         return 2
-    controller = ChatController(db, args.model or prefs.model)
+    try:
+        return _run_window(app, stop, store, args.model or prefs.model, prefs, warnings)
+    finally:
+        store.close()
+
+
+def _run_window(app: QApplication, stop: _StopOnSignals, store: Store, model: str | None, prefs: Preferences,
+                warnings: list[str]) -> int:
+    import qasync
+
+    from app.controller import ChatController
+    from app.main_window import MainWindow
+    from app.preferences import preferences_path
+
+    controller = ChatController(store, model)
     window = MainWindow(controller, prefs, preferences_path())
     for w in warnings:
         window.statusBar().showMessage(w, 10000)
@@ -72,7 +80,6 @@ def main(argv: list[str] | None = None) -> int:
     with loop:
         loop.run_until_complete(closed.wait())
     return 0
-
 
 
 class _StopOnSignals:
@@ -107,6 +114,29 @@ class _StopOnSignals:
         return not self.requested
 
 
+def _open_store(db: Path) -> Store | None:
+    """The database, opened once for the whole app; a file Lanes cannot use is offered to be moved
+    aside (then a fresh one is opened); None to quit."""
+    from PySide6.QtWidgets import QMessageBox
+
+    from engine.errors import NewerSchemaError, NotLanesDatabaseError, StoreError
+    from engine.store.store import Store
+
+    try:
+        return Store(db)
+    except (NotLanesDatabaseError, NewerSchemaError) as exc:
+        if not _offer_move_aside(db, str(exc)):
+            return None
+    except StoreError as exc:  # locked, unreadable folder, a failed upgrade...: moving would not help
+        QMessageBox.critical(None, "Lanes cannot open its database", str(exc))
+        return None
+    try:
+        return Store(db)
+    except StoreError as exc:
+        QMessageBox.critical(None, "Lanes cannot open its database", str(exc))
+        return None
+
+
 def _offer_move_aside(db: Path, reason: str) -> bool:
     """A database Lanes cannot use: offer to move it aside and start fresh; False to quit."""
     from PySide6.QtWidgets import QMessageBox
@@ -124,7 +154,7 @@ def _offer_move_aside(db: Path, reason: str) -> bool:
     except OSError as exc:
         QMessageBox.critical(None, "Could not move the database", f"{db}: {exc}")
         return False
-    QMessageBox.information(None, "Moved aside", f"The old file is now {moved}.")
+    QMessageBox.information(None, "Moved aside", f"The old file is kept, unchanged, as {moved}.")
     return True
 
 

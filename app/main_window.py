@@ -106,6 +106,8 @@ class MainWindow(QMainWindow):
             self._model_loaded(controller.info)
         elif controller.load_error is not None:
             QTimer.singleShot(0, lambda: self._model_failed(controller.load_error or ""))
+        if controller.fell_back is not None:  # the saved model failed before this window was listening
+            QTimer.singleShot(0, lambda: self._model_fell_back(controller.fell_back or ""))
         # The store holds the Recall setting (`lanes recall` changes it too): show what it says.
         controller.store_call(lambda store: store.recall_other_conversations,
                               lambda on: setattr(self.prefs, "recall_other_conversations", on))
@@ -152,6 +154,8 @@ class MainWindow(QMainWindow):
         c = self.controller
         c.modelLoaded.connect(self._model_loaded)
         c.modelFailed.connect(self._model_failed)
+        c.modelRefused.connect(self._model_refused)
+        c.modelFellBack.connect(self._model_fell_back)
         c.replyStarted.connect(self._reply_started)
         c.liveUpdated.connect(self._live_updated)
         c.replyFinished.connect(self._reply_finished)
@@ -190,6 +194,19 @@ class MainWindow(QMainWindow):
         self._set_model_ready(False)
         QMessageBox.warning(self, "The model could not be loaded",
                             f"{reason}\n\nChoose another model in Settings.")
+
+    def _model_refused(self, reason: str, kept: str | None) -> None:
+        """A model chosen in Settings cannot work: nothing was unloaded, and the setting goes back."""
+        self.prefs.model = kept
+        self._save_prefs()
+        if self.controller.info is not None:
+            self._model_loaded(self.controller.info)
+        QMessageBox.warning(self, "That model cannot be used",
+                            f"{reason}\n\nLanes kept the model it had; Settings is back to it.")
+
+    def _model_fell_back(self, message: str) -> None:
+        self.statusBar().showMessage(message, 30000)
+        QMessageBox.warning(self, "The saved model could not be loaded", message)
 
     # -- conversations ---------------------------------------------------------------------------
     def new_conversation(self) -> None:

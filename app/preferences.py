@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from engine.errors import ModelLoadError
+from engine.modelspec import EMBEDDED, locate_model
 from engine.store.paths import platform_folder
 from engine.store.session import ReplySettings
 
@@ -33,7 +35,6 @@ MAX_TOKENS_RANGE = (1, 8192)
 OWN_COPY_RATES = ("family", "on", "off")
 _OWN_COPY_RATES_FLAG: dict[str, bool | None] = {"family": None, "on": True, "off": False}
 
-EMBEDDED = "embedded"  # engine.models.EMBEDDED, repeated so this module does not import mlx
 # "owner/name" as Hugging Face spells repo ids: what engine.models looks up in the cache, not a path.
 _REPO_ID = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*/[A-Za-z0-9_.-]+")
 
@@ -65,7 +66,7 @@ class Preferences:
     def validate(self) -> list[str]:
         """Problems to show the user, one sentence each naming the setting and its limit; [] when fine."""
         problems = [p for name, check in _VALUE_CHECKS.items() if (p := check(getattr(self, name)))]
-        if self.model and looks_like_path(self.model) and (p := model_path_problem(self.model)):
+        if self.model and (p := model_problem(self.model)):
             problems.append(p)
         if self.data_dir and (p := data_dir_problem(self.data_dir)):
             problems.append(p)
@@ -126,11 +127,16 @@ def model_kind(spec: str | None) -> ModelKind:
     return "hub"
 
 
-def model_path_problem(spec: str) -> str | None:
-    """A message when a model file or folder is missing (checked before loading fails much later)."""
+def model_problem(spec: str) -> str | None:
+    """Why the model ``spec`` names cannot be loaded (a missing file or folder, a folder with no model,
+    a repo id not in the Hugging Face cache), or None: checked before anything is unloaded."""
     if not spec.strip():
         return "Model path is empty: choose a model folder or a .gguf file."
-    return None if Path(spec).expanduser().exists() else f"Model path {spec} does not exist."
+    try:
+        locate_model(spec.strip())
+    except ModelLoadError as exc:
+        return f"Model {spec.strip()} cannot be used: {exc}."
+    return None
 
 
 def data_dir_problem(folder: str) -> str | None:

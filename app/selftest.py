@@ -151,7 +151,7 @@ def check_model(model: str | None = None) -> str:
     """The embedded model (or ``model``) loads from the bundle and writes a few tokens."""
     from engine.engine import Engine
     from engine.events import Finished, Request
-    from engine.gguf import embedded_model_path
+    from engine.modelspec import embedded_model_path
 
     source = str(embedded_model_path()) if model is None else model
     t0 = time.perf_counter()

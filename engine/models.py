@@ -15,11 +15,10 @@ from mlx_lm.tokenizer_utils import TokenizerWrapper
 from engine import blas
 from engine.errors import ModelLoadError
 from engine.families import Family, family_for
-from engine.gguf import embedded_model_path, gguf_tokenizer, load_gguf
+from engine.gguf import gguf_tokenizer, load_gguf
+from engine.modelspec import EMBEDDED, locate_model
 
 log = logging.getLogger(__name__)
-
-EMBEDDED = "embedded"
 
 
 @dataclass
@@ -52,14 +51,13 @@ def load_model(spec: str | None = None) -> LoadedModel:
         log.warning(slow)
         warnings.append(slow)
     spec = spec or EMBEDDED
-    if spec == EMBEDDED or spec.endswith(".gguf"):
-        path = embedded_model_path() if spec == EMBEDDED else Path(spec).expanduser()
+    path = locate_model(spec)
+    if path.suffix == ".gguf":
         model, meta, ctx = load_gguf(path, quantized=on_gpu())
         tokenizer = gguf_tokenizer(meta)
         name = "SmolLM2-135M-Instruct" if spec == EMBEDDED else path.stem
         family = family_for(f"{name} {meta.get('general.basename', '')}", "llama")
     else:
-        path = _resolve(spec)
         model, tokenizer, ctx = _load_mlx_lm(path)
         name = spec
         family = family_for(spec, getattr(getattr(model, "args", None), "model_type", ""))
@@ -74,27 +72,6 @@ def load_model(spec: str | None = None) -> LoadedModel:
         device="gpu" if on_gpu() else "cpu",
         warnings=tuple(warnings),
     )
-
-
-def _resolve(spec: str) -> Path:
-    path = Path(spec).expanduser()
-    if path.is_dir():
-        if not (path / "config.json").is_file():
-            raise ModelLoadError(f"{path} is a folder but holds no config.json: not an mlx-lm model")
-        return path
-    # A repo id is "owner/name"; anything else that looks like a path is a missing folder.
-    if path.exists() or spec.startswith((".", "/", "~")) or spec.count("/") != 1:
-        raise ModelLoadError(f"model not found: no model folder at {path}")
-    from huggingface_hub import snapshot_download
-    from huggingface_hub.constants import HF_HUB_CACHE
-
-    try:
-        return Path(snapshot_download(spec, local_files_only=True))
-    except Exception:
-        raise ModelLoadError(
-            f"model '{spec}' not found: no folder '{path}' and not in the Hugging Face cache "
-            f"({HF_HUB_CACHE}); Lanes never downloads at run time"
-        ) from None
 
 
 def _load_mlx_lm(path: Path) -> tuple[nn.Module, TokenizerWrapper, int]:

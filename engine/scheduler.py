@@ -339,7 +339,7 @@ class Scheduler:
         grouped = not host and (chunk is not None or (
             ahead is None and ((self.host_exp and width > 1) or self.costs.groups_pay(batch, width, wide, keys))
         ))
-        saved = (self.lanes.save(), chunk.save()) if chunk is not None else None
+        saved = (self.lanes.save(width), chunk.save()) if chunk is not None else None
         choice_rows: list[list[int]] = []
         if host:
             self.rounds_host += 1

@@ -72,3 +72,25 @@ def isolated_data_dir(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pyt
 def settings_dir(isolated_data_dir):  # -> Path
     """This test's settings folder (what LANES_CONFIG_DIR points at), for tests that look inside it."""
     return isolated_data_dir / "config"
+
+
+@pytest.fixture
+def hf_cache(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory):
+    """``add(repo, files)``: put a snapshot of ``repo`` ("owner/name") holding ``files`` (name ->
+    bytes) in a Hugging Face cache of this test's own, in the layout huggingface_hub reads
+    (models--OWNER--NAME/{refs/main, snapshots/REV/...}); returns the snapshot folder."""
+    root = tmp_path_factory.mktemp("hf-cache")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_CACHE", str(root))
+
+    def add(repo: str, files: dict[str, bytes]):  # -> Path
+        entry = root / ("models--" + repo.replace("/", "--"))
+        snapshot = entry / "snapshots" / "0123abcd"
+        snapshot.mkdir(parents=True)
+        for name, data in files.items():
+            (snapshot / name).write_bytes(data)
+        (entry / "refs").mkdir()
+        (entry / "refs" / "main").write_text("0123abcd")
+        return snapshot
+
+    return add

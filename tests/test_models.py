@@ -10,8 +10,9 @@ import pytest
 
 from engine.errors import ModelLoadError
 from engine.families import family_for
-from engine.gguf import embedded_model_path, load_gguf
+from engine.gguf import load_gguf
 from engine.models import load_model
+from engine.modelspec import embedded_model_path
 
 
 def _llama_meta(arch: str = "llama") -> dict:

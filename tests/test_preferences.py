@@ -131,8 +131,9 @@ def test_defaults_are_valid() -> None:
     ({"max_tokens": 0}, ["Max tokens", "1", "8192"]),
     ({"max_tokens": 8193}, ["Max tokens", "8193"]),
     ({"own_copy_rates": "always"}, ["Own copy rates", "family", "on", "off", "always"]),
-    ({"model": "~/no/such/model"}, ["Model path", "~/no/such/model"]),
-    ({"model": "missing.gguf"}, ["Model path", "missing.gguf"]),
+    ({"model": "~/no/such/model"}, ["Model", "~/no/such/model", "not found"]),
+    ({"model": "missing.gguf"}, ["Model", "missing.gguf", "not found"]),
+    ({"model": "nobody/does-not-exist"}, ["Model", "nobody/does-not-exist", "Hugging Face cache", "never downloads"]),
     ({"data_dir": "relative/folder"}, ["Data folder", "relative/folder", "absolute"]),
 ])
 def test_validate_names_the_setting_and_its_limit(change: dict[str, object], words: list[str]) -> None:
@@ -148,7 +149,6 @@ def test_the_limits_themselves_are_valid() -> None:
 
 
 def test_a_hugging_face_repo_id_is_not_a_path() -> None:
-    assert Preferences(model="HuggingFaceTB/SmolLM2-360M-Instruct").validate() == []
     assert not looks_like_path("HuggingFaceTB/SmolLM2-360M-Instruct")
     assert all(looks_like_path(s) for s in ("./m", "~/m", "/abs/m", "a/b/c", "x.gguf", "owner/x.gguf"))
     assert model_kind(None) == model_kind("embedded") == "embedded"
@@ -156,10 +156,18 @@ def test_a_hugging_face_repo_id_is_not_a_path() -> None:
     assert model_kind("owner/name") == "hub"
 
 
-def test_existing_model_paths_are_fine(tmp_path: Path) -> None:
-    (tmp_path / "m.gguf").write_bytes(b"")
+def test_existing_model_paths_are_fine_and_folders_without_a_model_are_not(tmp_path: Path) -> None:
+    (tmp_path / "m.gguf").write_bytes(b"GGUF\x03\x00\x00\x00")
     assert Preferences(model=str(tmp_path / "m.gguf")).validate() == []
-    assert Preferences(model=str(tmp_path)).validate() == []
+    (tmp_path / "not.gguf").write_bytes(b"PK\x03\x04")
+    assert "not a GGUF file" in Preferences(model=str(tmp_path / "not.gguf")).validate()[0]
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    assert "no config.json" in Preferences(model=str(folder)).validate()[0]
+    (folder / "config.json").write_text("{}")
+    assert "no weights" in Preferences(model=str(folder)).validate()[0]
+    (folder / "model.safetensors").write_bytes(b"")
+    assert Preferences(model=str(folder)).validate() == []
 
 
 def test_the_data_folder_must_be_creatable(tmp_path: Path) -> None:

@@ -63,7 +63,7 @@ def test_a_model_switch_racing_the_close_leaves_no_engine_running(tmp_path: Path
             return engines[-1]
 
     svc = ChatService(tmp_path / "lanes.db", engine_factory=factory)
-    svc.store.submit(lambda _s: svc.switch_model("/other"))
+    svc.switch_model(None)  # on the model thread, racing the close below
     svc.close()
     assert all(e.closed for e in engines), [e.model for e in engines if not e.closed]
 

@@ -28,7 +28,7 @@ from engine.store import paths
 @pytest.fixture
 def model_file(tmp_path: Path) -> Path:
     path = tmp_path / "tiny.gguf"
-    path.write_bytes(b"")
+    path.write_bytes(b"GGUF\x03\x00\x00\x00")
     return path
 
 
@@ -67,7 +67,8 @@ def test_defaults_show_the_embedded_model_and_the_default_data_folder(qtbot) -> 
     assert d.preferences() == Preferences()  # the default folder is not pinned into the preferences
 
 
-def test_editing_fields_changes_preferences(qtbot, tmp_path: Path) -> None:
+def test_editing_fields_changes_preferences(qtbot, tmp_path: Path, hf_cache) -> None:
+    hf_cache("HuggingFaceTB/SmolLM2-360M-Instruct", {"config.json": b"{}", "model.safetensors": b""})
     d = make(qtbot, Preferences())
     d.system_prompt.setFocus()
     qtbot.keyClicks(d.system_prompt, "Be terse.")

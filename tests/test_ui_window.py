@@ -15,7 +15,7 @@ from PySide6.QtWidgets import QAbstractButton, QLineEdit, QListView, QMessageBox
 from app.chat_view import MessageWidget
 from app.controller import ChatController
 from app.main_window import MainWindow
-from app.preferences import Preferences
+from app.preferences import Preferences, load_preferences
 from engine.store.records import Message
 from engine.store.store import Store
 from tests.fake_engine import INFO, FakeEngine
@@ -195,17 +195,37 @@ def test_ten_thousand_conversations_load_a_page_at_a_time(qtbot, make_window, tm
     qtbot.waitUntil(lambda: len(w.sidebar.model.rows) >= 400)
 
 
-def test_a_model_that_fails_to_load_says_why_and_another_can_be_chosen(qtbot, make_window,
-                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_saved_model_that_fails_at_launch_falls_back_to_the_embedded_one_and_stays_in_settings(
+        qtbot, make_window, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     shown: list[str] = []
     monkeypatch.setattr(QMessageBox, "warning", lambda _parent, _title, text, *a: shown.append(text))
     w = make_window(fail_models=("/models/missing",), model="/models/missing")
-    qtbot.waitUntil(lambda: bool(shown))
-    assert "/models/missing" in shown[0] and "Settings" in shown[0]
-    assert not w.send_button.isEnabled() and w.model_label.text() == "No model loaded"
-    w.controller.switch_model(None)
+    qtbot.waitUntil(lambda: bool(shown) and w.send_button.isEnabled())
+    assert "/models/missing" in shown[0] and "embedded" in shown[0] and "Settings" in shown[0]
+    assert w.controller.service.engine.model is None  # the embedded model answers
+    assert w.prefs.model == "/models/missing"  # the bad value is kept for the user to see
+    w.close()
+    saved, _warnings = load_preferences(tmp_path / "prefs.json")
+    assert saved.model == "/models/missing"
+
+
+def test_a_model_that_cannot_work_is_refused_before_the_working_one_is_unloaded(
+        qtbot, make_window, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    shown: list[str] = []
+    monkeypatch.setattr(QMessageBox, "warning", lambda _parent, _title, text, *a: shown.append(text))
+    w = make_window()
     qtbot.waitUntil(lambda: w.send_button.isEnabled())
-    assert "Fake-Echo" in w.model_label.text()
+    engine = w.controller.service.engine
+    w.prefs.model = "nobody/does-not-exist"  # as the settings dialog leaves it before the switch
+    w.controller.switch_model("nobody/does-not-exist")
+    qtbot.waitUntil(lambda: bool(shown))
+    assert "nobody/does-not-exist" in shown[0] and "Hugging Face cache" in shown[0]
+    assert w.controller.service.engine is engine and not engine.closed  # nothing was unloaded
+    assert w.send_button.isEnabled() and w.prefs.model is None  # the setting went back, and was saved
+    assert load_preferences(tmp_path / "prefs.json")[0].model is None
+    w.send("still here")
+    wait_reply_saved(qtbot, w)
+    assert last_reply(w).content == "Echo: still here"
 
 
 def test_closing_mid_reply_saves_it_partial(qtbot, make_window, tmp_path: Path) -> None:
@@ -287,15 +307,17 @@ def test_settings_are_applied_saved_and_switch_the_model(qtbot, make_window, tmp
 
     w = make_window()
     qtbot.waitUntil(lambda: w.send_button.isEnabled())
-    chosen = Preferences(model="/models/other", max_tokens=7, temperature=0.5, recall_other_conversations=False,
+    other = tmp_path / "other.gguf"
+    other.write_bytes(b"GGUF\x03\x00\x00\x00")  # a switch checks the file before unloading anything
+    chosen = Preferences(model=str(other), max_tokens=7, temperature=0.5, recall_other_conversations=False,
                          system_prompt="Be brief.")
     monkeypatch.setattr(main_window.SettingsDialog, "exec", lambda self: True)
     monkeypatch.setattr(main_window.SettingsDialog, "preferences", lambda self: chosen)
     w.open_settings()
     saved, _warnings = load_preferences(tmp_path / "prefs.json")
     assert (saved.model, saved.max_tokens, saved.temperature, saved.system_prompt) == (
-        "/models/other", 7, 0.5, "Be brief.")
-    qtbot.waitUntil(lambda: w.send_button.isEnabled() and w.controller.service.engine.model == "/models/other")
+        str(other), 7, 0.5, "Be brief.")
+    qtbot.waitUntil(lambda: w.send_button.isEnabled() and w.controller.service.engine.model == str(other))
     with Store(tmp_path / "lanes.db") as store:
         qtbot.waitUntil(lambda: store.recall_other_conversations is False)
     w.send("hello")

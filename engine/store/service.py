@@ -1,10 +1,13 @@
 """The store and the engine for a window: nothing here runs on the caller's thread.
 
-- ``StoreWorker``: one thread owning a Store connection; ``submit(fn)`` runs ``fn(store)`` there, in
-  order, and returns a Future. The window reads and edits through it.
-- ``ChatService.start_reply``: one thread per reply, with its own connection (SQLite in WAL mode lets
-  them write in turn), running ``ChatSession`` to the end and passing every event to ``on_event``
-  on that thread (the window re-posts them to its own thread).
+- One ``Store`` (one connection) for the whole app: the window's calls, every reply and every
+  comparison go through it (``Store`` orders them with its lock). Other processes are ordinary
+  concurrent users of the file (docs/store.md).
+- ``StoreWorker``: the window's reads and edits, in order, on the ``lanes-store`` thread.
+- ``ChatService.switch_model``: on the ``lanes-model`` thread; the new model is checked before the
+  old one is unloaded, so a bad setting is refused while the working model keeps running.
+- ``ChatService.start_reply``: one thread per reply, running ``ChatSession`` to the end and passing
+  every event to ``on_event`` on that thread (the window re-posts them to its own thread).
 - ``ChatService.close``: stops every reply (each is saved as partial, with its copy history),
   joins every thread, and stops the engine.
 
@@ -14,69 +17,27 @@ No Qt here: the window wraps these Futures and callbacks in signals.
 from __future__ import annotations
 
 import logging
-import queue
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from engine.compare import CompareSpec, Run, run_comparison
 from engine.engine import Engine, ModelInfo
 from engine.errors import LanesError
 from engine.events import Event
+from engine.jobs import JobThread
+from engine.modelspec import locate_model
 from engine.store import comparisons
 from engine.store.records import Comparison, Message
 from engine.store.session import ChatSession, Reply, ReplySettings
 from engine.store.store import Store
+from engine.store.worker import StoreWorker
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
-
-
-class StoreWorker:
-    """A thread that owns one Store; every call runs there, one after another."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self._jobs: queue.Queue[tuple[Callable[[Store], Any], Future[Any]] | None] = queue.Queue()
-        self._thread = threading.Thread(target=self._run, name="lanes-store", daemon=True)
-        self._thread.start()
-
-    def submit(self, fn: Callable[[Store], T]) -> Future[T]:
-        fut: Future[T] = Future()
-        if not self._thread.is_alive():
-            fut.set_exception(LanesError("the store has been closed"))
-        else:
-            self._jobs.put((fn, fut))
-        return fut
-
-    def close(self, timeout: float = 30.0) -> None:
-        if self._thread.is_alive():
-            self._jobs.put(None)
-            self._thread.join(timeout)
-
-    def _run(self) -> None:
-        try:
-            store = Store(self.path)
-        except BaseException:
-            log.exception("could not open the store at %s", self.path)
-            store = None
-        try:
-            while (job := self._jobs.get()) is not None:
-                fn, fut = job
-                if store is None:
-                    fut.set_exception(LanesError(f"the store at {self.path} could not be opened"))
-                    continue
-                if fut.set_running_or_notify_cancel():
-                    try:
-                        fut.set_result(fn(store))
-                    except BaseException as exc:
-                        fut.set_exception(exc)
-        finally:
-            if store is not None:
-                store.close()
 
 
 @dataclass(eq=False)  # identity: tasks live in a set
@@ -157,31 +118,46 @@ class ComparisonTask:
 
 
 class ChatService:
-    """One model and one data folder, for a window. Use from one thread (the GUI's)."""
+    """One model and one data folder, for a window. Use from one thread (the GUI's).
 
-    def __init__(self, path: Path, model: str | None = None,
-                 engine_factory: Callable[[str | None], Engine] = Engine) -> None:
-        self.path = Path(path)
-        self.store = StoreWorker(self.path)
+    ``store`` is the app's open Store (closed by whoever opened it) or a path to open one (closed
+    with the service). ``locate`` checks a model spec without loading it (``switch_model``)."""
+
+    def __init__(self, store: Store | Path, model: str | None = None,
+                 engine_factory: Callable[[str | None], Engine] = Engine,
+                 locate: Callable[[str | None], object] = locate_model) -> None:
+        self._owns_db = not isinstance(store, Store)
+        self.db = Store(Path(store)) if not isinstance(store, Store) else store
+        self.path = self.db.path
+        self.store = StoreWorker(self.db)
+        self._models = JobThread("lanes-model")
         self._engine_factory = engine_factory
+        self._locate = locate
         self.engine = engine_factory(model)
         self.tasks: set[ReplyTask] = set()
         self.comparisons: set[ComparisonTask] = set()
         self._lock = threading.Lock()
         self._closed = False
 
-    def switch_model(self, model: str | None) -> None:
-        """Stop every reply, then load another model (its result arrives on ``loaded()``).
+    def switch_model(self, model: str | None) -> Future[Engine]:
+        """Check ``model``, then stop every reply and load it, on the ``lanes-model`` thread; the
+        Future resolves to the new engine (whose own ``loaded`` says when it is ready).
 
-        The old engine's thread is joined without a time limit (a model mid-load cannot be
-        interrupted): two threads never own MLX at once. Does nothing once the service is closed."""
+        A spec that cannot work (``locate`` raises ModelLoadError) fails the Future before anything
+        is stopped: the working model keeps running. The old engine's thread is joined without a
+        time limit (a model mid-load cannot be interrupted): two threads never own MLX at once."""
+        return self._models.submit(lambda: self._switch(model))
+
+    def _switch(self, model: str | None) -> Engine:
+        self._locate(model)
         self.cancel_all()
         self.join_replies()
         self.engine.close(timeout=None)
         with self._lock:
             if self._closed:
-                return
+                raise LanesError("closed while switching models")
             self.engine = self._engine_factory(model)
+            return self.engine
 
     def load_recall(self) -> Future[int]:
         """Feed Recall from the store (after the model loaded): on the store thread."""
@@ -214,20 +190,19 @@ class ChatService:
                    on_event: Callable[[ServiceEvent], None], resend: bool) -> None:
         try:
             info = self._wait_for_model(task._cancel)
-            with Store(self.path) as store:
-                session = ChatSession(store, self.engine, info.name)
-                if resend:
-                    reply = session.resend(task.conversation_id, text, settings)
-                else:
-                    assert text is not None
-                    reply = session.begin(task.conversation_id, text, settings)
-                task._reply = reply
-                if task._cancel.is_set():
-                    reply.cancel(task._partial)
-                on_event(ReplyBegun(task.conversation_id, reply.user_message, reply.message_id))
-                for event in reply.events():
-                    on_event(event)
-                saved = store.message(reply.message_id)
+            session = ChatSession(self.db, self.engine, info.name)
+            if resend:
+                reply = session.resend(task.conversation_id, text, settings)
+            else:
+                assert text is not None
+                reply = session.begin(task.conversation_id, text, settings)
+            task._reply = reply
+            if task._cancel.is_set():
+                reply.cancel(task._partial)
+            on_event(ReplyBegun(task.conversation_id, reply.user_message, reply.message_id))
+            for event in reply.events():
+                on_event(event)
+            saved = self.db.message(reply.message_id)
             on_event(ReplySaved(task.conversation_id, saved))
             task.done.set_result(saved)
         except BaseException as exc:
@@ -247,8 +222,7 @@ class ChatService:
         if reply.done is None:
             reply.handle.cancel()
         try:
-            with Store(self.path) as store:
-                store.update_message(reply.message_id, content=reply.text, status="error", error=str(exc))
+            self.db.update_message(reply.message_id, content=reply.text, status="error", error=str(exc))
         except Exception:
             log.exception("could not save the broken reply %s", reply.message_id)
 
@@ -268,22 +242,22 @@ class ChatService:
     def _run_comparison(self, task: ComparisonTask, on_event: Callable[[CompareEvent], None], prompt: str | None,
                         conversation_id: int | None, max_tokens: int, repeats: int, plain: bool) -> None:
         try:
-            with Store(self.path) as store:
-                spec = comparisons.build_spec(store, prompt=prompt, conversation_id=conversation_id,
-                                              max_tokens=max_tokens, repeats=repeats, plain=plain)
-                on_event(ComparisonBegun(spec))
-                info = self._wait_for_model(task._cancel)
-                runs = run_comparison(self.engine.submit, spec, info.copy_rate,
-                                      on_event=lambda run, ev: on_event(RunEvent(run, ev)),
-                                      on_run=lambda run: on_event(RunDone(run)), cancelled=task._cancel.is_set,
-                                      doubt_prior=info.doubt_prior)
-                if task._cancel.is_set():
-                    status = "cancelled"
-                elif all(r.status == "complete" for r in runs):
-                    status = "complete"
-                else:
-                    status = "error"
-                saved = comparisons.save(store, spec, runs, info.name, conversation_id, status)
+            spec = self.db.run(lambda store: comparisons.build_spec(
+                store, prompt=prompt, conversation_id=conversation_id, max_tokens=max_tokens, repeats=repeats,
+                plain=plain))
+            on_event(ComparisonBegun(spec))
+            info = self._wait_for_model(task._cancel)
+            runs = run_comparison(self.engine.submit, spec, info.copy_rate,
+                                  on_event=lambda run, ev: on_event(RunEvent(run, ev)),
+                                  on_run=lambda run: on_event(RunDone(run)), cancelled=task._cancel.is_set,
+                                  doubt_prior=info.doubt_prior)
+            if task._cancel.is_set():
+                status = "cancelled"
+            elif all(r.status == "complete" for r in runs):
+                status = "complete"
+            else:
+                status = "error"
+            saved = comparisons.save(self.db, spec, runs, info.name, conversation_id, status)
             on_event(ComparisonSaved(saved))
             task.done.set_result(saved)
         except BaseException as exc:
@@ -324,11 +298,14 @@ class ChatService:
     def close(self) -> None:
         """Stop every reply (saved as partial), join every thread, stop the store and the engine.
 
-        The store thread goes first: a model switch running on it then finishes (or sees the service
+        The model thread goes first: a switch running on it then finishes (or sees the service
         closed and starts nothing) before the engine it left behind is closed."""
         with self._lock:
             self._closed = True
         self.cancel_all(partial=True)
+        self._models.close(timeout=None)
         self.join_replies()
         self.store.close()
         self.engine.close()
+        if self._owns_db:
+            self.db.close()

@@ -235,7 +235,7 @@ class ChatSession:
         status = "complete"
         if done.reason == "cancelled":
             status = "partial" if reply.interrupted else "cancelled"
-        with self.store.write():  # the reply and its copy history, together
+        with self.store.durable():  # the reply and its copy history, together, synced before it shows
             self.store.update_message(
                 reply.message_id, content=done.text, status=status,
                 tokens=done.tokens, origins=done.origins, tokens_model=self.model,
@@ -249,7 +249,7 @@ class ChatSession:
 
     def _fail(self, reply: Reply, failed: Failed) -> None:
         reply.done = failed
-        with self.store.write():
+        with self.store.durable():
             self.store.update_message(reply.message_id, content=failed.text, status="error", error=failed.message)
             if failed.copy_history is not None:
                 self.store.save_copy_history(reply.conversation.id, failed.copy_history)

@@ -1,7 +1,13 @@
-"""``Store``: the repository over Lanes' database. One Store per thread at a time.
+"""``Store``: the repository over Lanes' database, one connection.
 
-Every write that must be all-or-nothing runs in one transaction (``Store.write()``). Deleting a
-conversation removes its messages, copy history and comparisons by foreign-key cascade.
+A Store may be shared by threads: every public method runs under the Store's lock, and a
+``write()`` transaction holds it to the end, so the app keeps one Store (one connection) for the
+window, its replies and the comparison pane. Other processes (the CLI, a second window) are ordinary
+concurrent users of the file: WAL, a busy timeout, ``BEGIN IMMEDIATE``.
+
+Every write that must be all-or-nothing runs in one transaction (``Store.write()``); the commit that
+ends a reply is also made durable (``Store.durable()``). Deleting a conversation removes its
+messages, copy history and comparisons by foreign-key cascade.
 
 Typical use::
 
@@ -14,13 +20,16 @@ Typical use::
 
 from __future__ import annotations
 
+import functools
+import inspect
 import os
 import re
+import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import sqlite_utils
 
@@ -45,6 +54,17 @@ from engine.store.records import (
 
 RECALL_SETTING = "recall_other_conversations"
 _UNSET: Any = object()
+T = TypeVar("T")
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _locked(method: F) -> F:
+    @functools.wraps(method)
+    def run(self: Store, *args: Any, **kwargs: Any) -> Any:
+        with self._lock:
+            return method(self, *args, **kwargs)
+
+    return run  # type: ignore[return-value]
 
 
 def fts_query(text: str) -> str:
@@ -76,14 +96,21 @@ def _message(row: Mapping[str, Any]) -> Message:
 class Store:
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
+        self._lock = threading.RLock()
         self.db: sqlite_utils.Database = open_database(self.path)
+
+    def run(self, fn: Callable[[Store], T]) -> T:
+        """``fn(self)`` under the lock: several calls as one step no other thread can come between."""
+        with self._lock:
+            return fn(self)
 
     @classmethod
     def open(cls, data_dir: str | os.PathLike[str] | None = None) -> Store:
         return cls(paths.database_path(data_dir))
 
     def close(self) -> None:
-        self.db.close()
+        with self._lock:
+            self.db.close()
 
     def __enter__(self) -> Store:
         return self
@@ -99,18 +126,40 @@ class Store:
         when another connection committed in between (WAL cannot upgrade a stale snapshot); taking
         the write lock first makes it wait (busy timeout) instead. Nested calls become savepoints.
         """
-        if self.db.conn.in_transaction:
-            with self.db.atomic():
+        with self._lock:
+            if self.db.conn.in_transaction:
+                with self.db.atomic():
+                    yield
+                return
+            self.db.conn.execute("BEGIN IMMEDIATE")
+            try:
                 yield
-            return
-        self.db.conn.execute("BEGIN IMMEDIATE")
-        try:
+                self.db.conn.execute("COMMIT")
+            except BaseException:
+                if self.db.conn.in_transaction:  # also when COMMIT itself failed: never leave it open
+                    self.db.conn.execute("ROLLBACK")
+                raise
+
+    @contextmanager
+    def snapshot(self) -> Iterator[None]:
+        """Reads that see one state of the file (a deferred transaction), under the lock."""
+        with self._lock, self.db.atomic():
             yield
-            self.db.conn.execute("COMMIT")
-        except BaseException:
-            if self.db.conn.in_transaction:  # also when COMMIT itself failed: never leave it open
-                self.db.conn.execute("ROLLBACK")
-            raise
+
+    @contextmanager
+    def durable(self) -> Iterator[None]:
+        """A ``write()`` whose commit also survives a power cut: ``synchronous = FULL`` syncs the WAL
+        at commit (with ``fullfsync`` on macOS). For the commit that ends a reply: once the window
+        shows a reply complete, it is on the disk. Streaming progress stays NORMAL (no sync per save)."""
+        with self._lock:
+            if self.db.conn.in_transaction:
+                raise RuntimeError("durable() must begin the transaction (the level is per commit)")
+            self.db.conn.execute("PRAGMA synchronous = FULL")
+            try:
+                with self.write():
+                    yield
+            finally:
+                self.db.conn.execute("PRAGMA synchronous = NORMAL")
 
     # -- conversations -------------------------------------------------------
     def create_conversation(
@@ -371,16 +420,17 @@ class Store:
             if cid in convs
         ]
 
-    def recall_rows(self, conversation_id: int | None = None) -> Iterator[tuple[int, int, str, bytes | None, str | None]]:
+    def recall_rows(self, conversation_id: int | None = None) -> list[tuple[int, int, str, bytes | None, str | None]]:
         """(conversation id, message id, content, token blob, tokens' model) of every message Recall may
-        copy from: recallable conversations (or just ``conversation_id``), non-empty, not failed; oldest first."""
+        copy from: recallable conversations (or just ``conversation_id``), non-empty, not failed; oldest
+        first. A list, not a cursor: no read may outlive the lock."""
         only = "" if conversation_id is None else " AND c.id = ?"
-        yield from self.db.execute(
+        return self.db.execute(
             "SELECT m.conversation_id, m.id, m.content, m.tokens, m.tokens_model FROM messages m"
             " JOIN conversations c ON c.id = m.conversation_id"
             f" WHERE c.recallable = 1 AND m.content != '' AND m.status != 'error'{only} ORDER BY m.id",
             () if conversation_id is None else (conversation_id,),
-        )
+        ).fetchall()
 
     def set_tokens(self, updates: Sequence[tuple[int, Sequence[int], str]]) -> None:
         """Store token ids for messages: (message id, tokens, model), in one transaction."""
@@ -452,3 +502,9 @@ class Store:
             ids = [r[0] for r in self.db.execute(
                 "SELECT id FROM comparisons WHERE conversation_id = ? ORDER BY id", (conversation_id,))]
         return [self.comparison(i) for i in ids]
+
+
+# Every public method runs under the Store's lock (write(), durable() and run() take it themselves).
+for _name, _method in list(vars(Store).items()):
+    if not _name.startswith("_") and inspect.isfunction(_method) and _name not in ("write", "snapshot", "durable", "run"):
+        setattr(Store, _name, _locked(_method))

@@ -30,7 +30,7 @@ class TranscriptError(LanesError):
 # -- export --------------------------------------------------------------------
 def conversation_to_json(store: Store, conversation_id: int) -> dict[str, Any]:
     """The whole conversation as a JSON-ready dict; read in one transaction so it is one snapshot."""
-    with store.db.atomic():
+    with store.snapshot():
         conv = store.conversation(conversation_id)
         messages = store.messages(conversation_id)
         history = store.copy_history(conversation_id)
