@@ -17,9 +17,9 @@ from typing import Any
 
 from PySide6.QtCore import QObject, QTimer, Signal, Slot
 
-from engine.engine import Engine, ModelInfo
+from engine.engine import Engine
 from engine.errors import ModelLoadError
-from engine.events import Tokens
+from engine.events import ModelInfo, Tokens
 from engine.spans import origin_spans
 from engine.store.records import Conversation, ConversationSummary, Message
 from engine.store.service import ChatService, ReplyBegun, ReplySaved, ServiceEvent

@@ -29,7 +29,7 @@ from app.preferences import Preferences, save_preferences
 from app.settings_dialog import SettingsDialog
 from app.sidebar import Sidebar
 from app.theme import OriginLegend
-from engine.engine import ModelInfo
+from engine.events import ModelInfo
 from engine.store.records import Conversation, Message
 
 

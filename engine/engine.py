@@ -20,29 +20,16 @@ import queue
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
-from dataclasses import dataclass
 from typing import Any
 
 import mlx.core as mx
 
 from engine.errors import LanesError
-from engine.events import Event, Failed, Finished, Request
+from engine.events import Event, Failed, Finished, ModelInfo, Request
 from engine.models import LoadedModel, load_model
 from engine.scheduler import Scheduler
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class ModelInfo:
-    name: str
-    family: str
-    device: str
-    context_length: int
-    warnings: tuple[str, ...]
-    own_copy_rates: bool
-    copy_rate: float
-    doubt_prior: float  # prior of doubtful first rows (engine.rates)
 
 
 class Handle:

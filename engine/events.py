@@ -147,3 +147,17 @@ class Failed:
 
 
 Event = Tokens | RoundStats | Finished | Failed
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """The loaded model, as the engine describes it (``Engine.loaded`` resolves to one)."""
+
+    name: str
+    family: str
+    device: str
+    context_length: int
+    warnings: tuple[str, ...]
+    own_copy_rates: bool
+    copy_rate: float
+    doubt_prior: float  # prior of doubtful first rows (engine.rates)

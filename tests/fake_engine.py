@@ -18,9 +18,18 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from typing import Any
 
-from engine.engine import ModelInfo
 from engine.errors import ModelLoadError
-from engine.events import Event, Failed, Finished, ReplyStats, Request, RoundStats, SourceCounts, Tokens
+from engine.events import (
+    Event,
+    Failed,
+    Finished,
+    ModelInfo,
+    ReplyStats,
+    Request,
+    RoundStats,
+    SourceCounts,
+    Tokens,
+)
 from engine.rates import DOUBT_PRIOR
 
 INFO = ModelInfo("Fake-Echo", "fake", "cpu", 4096, (), True, 0.94, DOUBT_PRIOR)

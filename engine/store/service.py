@@ -25,9 +25,9 @@ from pathlib import Path
 from typing import TypeVar
 
 from engine.compare import CompareSpec, Run, run_comparison
-from engine.engine import Engine, ModelInfo
+from engine.engine import Engine
 from engine.errors import LanesError
-from engine.events import Event
+from engine.events import Event, ModelInfo
 from engine.jobs import JobThread
 from engine.modelspec import locate_model
 from engine.store import comparisons
