@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from engine.errors import NewerSchemaError, NotLanesDatabaseError, StoreError
-from engine.store.db import move_aside
+from engine.store.db import MigrationError, move_aside
 from engine.store.schema import APPLICATION_ID, LATEST
 from engine.store.store import Store
 from tests.store_schema import dump_schema
@@ -66,6 +66,39 @@ def test_a_first_version_database_is_upgraded_with_its_data(tmp_path: Path) -> N
         assert store.add_comparison([{"role": "user", "content": "hi"}], [], conversation_id=1).conversation_id == 1
 
 
+def test_an_upgrade_first_copies_the_file_through_the_backup_api(tmp_path: Path) -> None:
+    path = tmp_path / "lanes.db"
+    _first_version_db(path)
+    Store(path).close()
+    (backup,) = tmp_path.glob("lanes.db.backup-v1-*")
+    conn = sqlite3.connect(f"file:{backup}?mode=ro", uri=True)
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == 1
+    assert conn.execute("SELECT content FROM messages ORDER BY id").fetchall() == [
+        ("Where do lighthouses stand?",), ("On rocky headlands.",)]
+    conn.close()
+    Store(path).close()  # already upgraded: no second copy
+    assert len(list(tmp_path.glob("lanes.db.backup-*"))) == 1
+    assert not list(tmp_path.glob("lanes.db.backup-*-wal"))
+
+
+def test_a_failed_upgrade_leaves_the_file_as_it_was_and_names_the_backup(tmp_path: Path) -> None:
+    path = tmp_path / "lanes.db"
+    _first_version_db(path)
+    conn = sqlite3.connect(path)  # a table in the way of migration 3 (its CREATE TABLE fails)
+    conn.execute("CREATE TABLE comparisons (x)")
+    conn.commit()
+    dump = "\n".join(conn.iterdump())
+    conn.close()
+    with pytest.raises(MigrationError, match=r"from schema version 1 to .*as it was.*backup-v1-") as err:
+        Store(path)
+    conn = sqlite3.connect(path)
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == 1  # migration 2 was undone with 3
+    assert "\n".join(conn.iterdump()) == dump
+    conn.close()
+    (backup,) = tmp_path.glob("lanes.db.backup-v1-*")
+    assert str(backup) in str(err.value)
+
+
 def _untouched(path: Path, content: bytes) -> None:
     assert path.read_bytes() == content
     assert not path.with_name(path.name + "-wal").exists()
@@ -105,13 +138,48 @@ def test_a_newer_schema_is_refused_untouched(tmp_path: Path) -> None:
     _untouched(path, content)
 
 
-def test_move_aside_keeps_the_file_and_lets_lanes_start_fresh(tmp_path: Path) -> None:
+def test_move_aside_keeps_the_file_and_its_side_files_and_lets_lanes_start_fresh(tmp_path: Path) -> None:
     path = tmp_path / "lanes.db"
     path.write_bytes(b"not a database")
+    (tmp_path / "lanes.db-wal").write_bytes(b"an old WAL")
+    (tmp_path / "lanes.db-shm").write_bytes(b"an old index")
     moved = move_aside(path)
+    assert moved.name.startswith("lanes.db.moved-") and moved.parent == tmp_path
     assert moved.read_bytes() == b"not a database" and not path.exists()
+    assert moved.with_name(moved.name + "-wal").read_bytes() == b"an old WAL"
+    assert moved.with_name(moved.name + "-shm").read_bytes() == b"an old index"
+    assert not (tmp_path / "lanes.db-wal").exists() and not (tmp_path / "lanes.db-shm").exists()
     with Store(path) as store:
         assert store.count_conversations() == 0
+    path.unlink()
+    for side in ("-wal", "-shm"):
+        path.with_name(path.name + side).unlink(missing_ok=True)
+    path.write_bytes(b"damaged again")
+    again = move_aside(path)
+    assert again != moved and again.read_bytes() == b"damaged again" and moved.read_bytes() == b"not a database"
+
+
+def test_a_move_aside_that_fails_half_way_puts_back_what_it_moved(tmp_path: Path) -> None:
+    folder = tmp_path / "data"
+    folder.mkdir()
+    path = folder / "lanes.db"
+    path.write_bytes(b"damaged")
+    (folder / "lanes.db-wal").write_bytes(b"its WAL")
+    (folder / "lanes.db.moved-x").mkdir()  # not a clash of names: a clash of the main file's rename
+    import engine.store.db as db
+
+    real_rename = Path.rename
+
+    def rename(self: Path, target: Path) -> Path:
+        if self == path:
+            raise PermissionError(13, "Permission denied", str(self))
+        return real_rename(self, target)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(Path, "rename", rename)
+        with pytest.raises(PermissionError):
+            db.move_aside(path)
+    assert path.read_bytes() == b"damaged" and (folder / "lanes.db-wal").read_bytes() == b"its WAL"
 
 
 def test_an_empty_file_becomes_a_lanes_database(tmp_path: Path) -> None:

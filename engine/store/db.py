@@ -92,6 +92,7 @@ def _backup(conn: sqlite3.Connection, target: Path) -> None:
     dest = sqlite3.connect(target)
     try:
         conn.backup(dest)
+        dest.execute("PRAGMA journal_mode = DELETE")  # one self-contained file, no -wal beside it
     finally:
         dest.close()
 
