@@ -181,3 +181,31 @@ def test_sigkill_mid_reply_loses_at_most_the_last_second(tmp_path: Path) -> None
     assert shown.startswith(reply.content)  # what was saved is what was shown...
     assert reply.content.startswith(shown_a_second_before.rstrip())  # ...up to the last second at most
     assert len(reply.content) > 0
+
+
+def test_a_replys_end_is_committed_with_a_sync_and_its_progress_without(tmp_path: Path) -> None:
+    """What SQLite runs, as its trace shows: progress saves under synchronous NORMAL (no sync per
+    save), the commit that ends the reply under FULL (the WAL synced before the window shows it)."""
+    from tests.fake_engine import FakeEngine
+
+    with Store(tmp_path / "lanes.db") as store, FakeEngine(delay=0.01) as engine:
+        session = ChatSession(store, engine, "Fake-Echo")
+        conv = session.new_conversation()
+        ran: list[str] = []
+        store.db.conn.set_trace_callback(lambda sql: ran.append(" ".join(sql.split())))
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr("engine.store.session.SAVE_EVERY_S", 0.0)  # a progress save for every event
+            session.ask(conv.id, "durable " * 10)
+        store.db.conn.set_trace_callback(None)
+        assert store.db.execute("PRAGMA synchronous").fetchone()[0] == 1  # NORMAL again
+    def level_at(i: int) -> str:
+        sets = [sql for sql in ran[:i] if sql.startswith("PRAGMA synchronous =")]
+        return sets[-1].rsplit("=", 1)[1].strip() if sets else "NORMAL"
+
+    progress = [i for i, sql in enumerate(ran) if sql.startswith("UPDATE messages SET content =")
+                and ", status = " not in sql]
+    end = max(i for i, sql in enumerate(ran) if sql.startswith("UPDATE messages SET") and "status = 'complete'" in sql)
+    commit = next(i for i in range(end, len(ran)) if ran[i] == "COMMIT")
+    assert progress and {level_at(i) for i in progress} == {"NORMAL"}
+    assert level_at(end) == level_at(commit) == "FULL"
+    assert level_at(len(ran)) == "NORMAL"
