@@ -175,3 +175,43 @@ def test_other_models_keep_mlx_lms_own_pass() -> None:
     from engine.padded import supports_padded
 
     assert not supports_padded(nn.Linear(2, 2))
+
+
+def test_a_pass_that_raises_after_writing_is_undone_exactly(loaded, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``save`` / ``restore`` around a pass that wrote five layers of lane buffers and chunk caches and
+    then raised: every buffer holds again exactly what it held (MLX's slice assignment rewrites the
+    arrays in place, so keeping references would keep the pass's writes)."""
+    import numpy as np
+
+    import engine.forward as forward_mod
+
+    widths, lengths = [4, 1, 2], [40, 49, 58]
+    rows = [[(31 * b + 5 * j) % 5000 + 50 for j in range(w)] for b, w in enumerate(widths)]
+    lanes = lanes_with(loaded, lengths)
+    caches = [KVCache() for _ in range(loaded.n_layers)]
+    loaded.model.model(mx.array([[(11 * i) % 4000 + 70 for i in range(23)]], dtype=mx.int32), cache=caches)
+    chunk = Chunk([(17 * i) % 4000 + 90 for i in range(12)], caches)
+    copy = lambda arrays: [None if a is None else np.array(a) for a in arrays]  # noqa: E731
+    lane_keys, lane_values = copy(lanes.keys), copy(lanes.values)
+    chunk_keys, chunk_values = copy(c.keys for c in caches), copy(c.values for c in caches)
+
+    real, calls = forward_mod._chunk_qkv, {"n": 0}
+
+    def faulty(*args):
+        calls["n"] += 1
+        if calls["n"] == 6:
+            raise RuntimeError("injected")
+        return real(*args)
+
+    saved = (lanes.save(max(widths)), chunk.save())
+    monkeypatch.setattr(forward_mod, "_chunk_qkv", faulty)
+    with pytest.raises(RuntimeError, match="injected"):
+        logits = grouped_logits(loaded.model, lanes, lanes.begin_grouped(widths), rows, ROW_MULTIPLE, chunk)
+        mx.eval(logits)
+    assert not np.array_equal(np.array(lanes.keys[0]), lane_keys[0])  # the pass did write before it raised
+    lanes.restore(saved[0])
+    chunk.restore(saved[1])
+    for now, before in ((lanes.keys, lane_keys), (lanes.values, lane_values),
+                        ([c.keys for c in caches], chunk_keys), ([c.values for c in caches], chunk_values)):
+        assert all(np.array_equal(np.array(a), b) for a, b in zip(now, before, strict=True))
+    assert [c.offset for c in caches] == [23] * loaded.n_layers and lanes.lengths == lengths
