@@ -207,6 +207,7 @@ class Engine:
     def _load(self, model: str | None) -> None:
         try:
             loaded = self._loader(model)
+            _wire_weights()
             self._scheduler = Scheduler(loaded, self._emit)
             if self._calibrate:
                 self._scheduler.calibrate()
@@ -275,3 +276,10 @@ class Engine:
         mx.synchronize()
         mx.clear_cache()
         mx.clear_streams()
+
+
+def _wire_weights() -> None:
+    """On Macs, let Metal keep up to its recommended working set resident, as mlx-lm's generate does
+    (``wired_limit``): without it the weights may be paged out between rounds."""
+    if mx.metal.is_available():
+        mx.set_wired_limit(int(mx.metal.device_info()["max_recommended_working_set_size"]))

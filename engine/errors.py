@@ -13,6 +13,10 @@ class PromptTooLongError(LanesError):
     """A prompt plus its max tokens exceeds the model's context limit."""
 
 
+class MemoryLimitError(LanesError):
+    """A request whose reply could never fit this machine's memory limit for the model (names both)."""
+
+
 class StoreError(LanesError):
     """The conversation store could not be opened or used (names the file)."""
 

@@ -146,7 +146,15 @@ class Failed:
     copy_history: Mapping[str, Mapping[str, float]] | None = None
 
 
-Event = Tokens | RoundStats | Finished | Failed
+@dataclass(frozen=True)
+class Waiting:
+    """The request is queued, not refused: it starts once running replies leave room (``reason``)."""
+
+    request_id: str
+    reason: str
+
+
+Event = Tokens | RoundStats | Finished | Failed | Waiting
 
 
 @dataclass(frozen=True)

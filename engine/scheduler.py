@@ -19,7 +19,9 @@ from dataclasses import dataclass, replace
 from functools import partial
 
 import mlx.core as mx
+import mlx.nn as nn
 import numpy as np
+from mlx.utils import tree_flatten
 from mlx_lm.models.cache import KVCache
 
 from engine.allocator import Offer, allocate
@@ -34,11 +36,12 @@ from engine.costmodel import (
     LONG_CALIBRATION_KEYS,
     CostModel,
 )
-from engine.errors import LanesError, PromptTooLongError
-from engine.events import Event, Failed, Finished, Origin, ReplyStats, Request, RoundStats, Tokens
+from engine.errors import LanesError, MemoryLimitError, PromptTooLongError
+from engine.events import Event, Failed, Finished, Origin, ReplyStats, Request, RoundStats, Tokens, Waiting
 from engine.forward import ROW_MULTIPLE, Chunk, grouped_logits, prefill, supports_grouped
 from engine.hostpass import HostPass, supports_host
 from engine.lanecache import LaneCache
+from engine.memory import MemoryLimits, limits_for, machine_memory, mib
 from engine.models import LoadedModel
 from engine.padded import padded_logits, supports_padded
 from engine.stream import Stream
@@ -86,6 +89,7 @@ class Scheduler:
         recall: RecallIndex | None = None,
         costs: CostModel | None = None,
         conversations: ConversationCache | None = None,
+        limits: MemoryLimits | None = None,
     ) -> None:
         self.loaded = loaded
         self.model = loaded.model
@@ -103,10 +107,14 @@ class Scheduler:
         self.rope_table = loaded.device == "cpu" and supports_padded(self.model)
         # Rounds without a prompt chunk computed by numpy on the CPU (engine.hostpass).
         self.host_pass = HostPass(self.model) if loaded.device == "cpu" and supports_host(self.model) else None
-        self.conversations = conversations if conversations is not None else ConversationCache()
+        self.limits = limits if limits is not None else limits_for(
+            machine_memory(), weight_bytes(self.model), kv_bytes_per_token(self.model, loaded.n_layers))
+        self.conversations = (conversations if conversations is not None
+                              else ConversationCache(self.limits.conversation_cache_bytes))
         self.lanes = LaneCache(loaded.n_layers)
         self.active: list[Stream] = []  # row i of self.lanes is self.active[i]
         self.joining: list[Joining] = []
+        self.waiting: list[Request] = []  # admitted in order once streams and KV memory have room
         self.round = 0
         self.forward_s = 0.0  # summed over rounds: forward passes
         self.host_s = 0.0  # summed over rounds: everything else in a round
@@ -135,7 +143,8 @@ class Scheduler:
         return tokens
 
     def submit(self, request: Request) -> None:
-        """Validate (raising before any compute) and queue ``request`` for prefill."""
+        """Validate (raising before any compute) and queue ``request`` for prefill, or, when the
+        running streams leave no room (engine.memory), to wait: a ``Waiting`` event says why."""
         if request.max_tokens < 1:
             raise LanesError(f"max_tokens must be at least 1 (got {request.max_tokens})")
         if not 0.0 <= request.top_p <= 1.0 or request.temperature < 0:
@@ -144,6 +153,47 @@ class Scheduler:
         room = self.loaded.context_length - len(prompt)
         if request.max_tokens > room:
             request = replace(request, max_tokens=room)
+        need = self._reserve(len(prompt), request.max_tokens)
+        if need > self.limits.kv_bytes:
+            raise MemoryLimitError(
+                f"a reply of {len(prompt)} prompt and {request.max_tokens} new tokens needs {mib(need)} of KV "
+                f"memory; {self.loaded.name} may use {mib(self.limits.kv_bytes)} for replies on this machine "
+                f"({self.limits.kv_tokens:,} tokens): ask for fewer tokens or shorten the conversation"
+            )
+        reason = self._no_room(need)
+        if reason is not None or self.waiting:
+            self.waiting.append(request)
+            self.emit(Waiting(request.id, reason or "waiting for earlier requests to start"))
+            return
+        self._join(request, prompt)
+
+    def _reserve(self, prompt: int, max_tokens: int) -> int:
+        """KV bytes a stream reserves: every position its reply may reach."""
+        return (prompt + max_tokens) * self.limits.kv_bytes_per_token
+
+    def _reserved(self) -> int:
+        streams = [*self.active, *(j.stream for j in self.joining)]
+        return sum(self._reserve(len(s.prompt), s.request.max_tokens) for s in streams)
+
+    def _no_room(self, need: int) -> str | None:
+        running = len(self.active) + len(self.joining)
+        if running >= self.limits.max_streams:
+            return f"{running} replies are running, the most {self.loaded.name} runs at once"
+        if self._reserved() + need > self.limits.kv_bytes:
+            return (f"running replies hold {mib(self._reserved())} of the {mib(self.limits.kv_bytes)} of KV "
+                    f"memory {self.loaded.name} may use here")
+        return None
+
+    def _admit_waiting(self) -> None:
+        while self.waiting:
+            request = self.waiting[0]
+            prompt = self.prompt_tokens(request)
+            if self._no_room(self._reserve(len(prompt), request.max_tokens)) is not None:
+                return
+            self.waiting.pop(0)
+            self._join(request, prompt)
+
+    def _join(self, request: Request, prompt: list[int]) -> None:
         stream = Stream.start(request, prompt, self.loaded.family, self.tokenizer)
         caches: list[KVCache] | None = None
         if request.conversation:
@@ -163,22 +213,31 @@ class Scheduler:
             if j.stream.id == request_id:
                 j.stream.cancelled = True
                 return True
+        for request in self.waiting:
+            if request.id == request_id:  # never started: it ends here, with nothing said
+                self.waiting.remove(request)
+                stream = Stream.start(request, self.prompt_tokens(request), self.loaded.family, self.tokenizer)
+                stream.stop_reason = "cancelled"
+                self._finish(stream, caches=None)
+                return True
         return False
 
     def reset(self) -> None:
         """Forget every stream (after a fault outside any one of them)."""
         self.active.clear()
         self.joining.clear()
+        self.waiting.clear()
         self.ahead = None
         self.lanes = LaneCache(self.loaded.n_layers)
 
     @property
     def busy(self) -> bool:
-        return bool(self.active or self.joining)
+        return bool(self.active or self.joining or self.waiting)
 
     # -- the loop ------------------------------------------------------------
     def step(self) -> None:
         self._drop_cancelled()
+        self._admit_waiting()
         rode = False
         if self.active:
             rode = self._round(self._rider())
@@ -537,3 +596,21 @@ class Scheduler:
     def _fail(self, s: Stream, exc: BaseException) -> None:
         log.exception("stream %s failed", s.id, exc_info=exc)
         self.emit(Failed(s.id, str(exc) or type(exc).__name__, type(exc).__name__, s.text, s.rates.snapshot()))
+
+
+def weight_bytes(model: nn.Module) -> int:
+    """Bytes of the model's parameters as loaded (quantized weights count as stored)."""
+    return sum(v.nbytes for _, v in tree_flatten(model.parameters()))
+
+
+def kv_bytes_per_token(model: nn.Module, n_layers: int) -> int:
+    """Bytes one position of context takes in every layer's KV cache: measured on a one-token pass
+    (mlx-lm's caches grow in steps, so the bytes are divided by the positions allocated)."""
+    caches = model.make_cache() if hasattr(model, "make_cache") else [KVCache() for _ in range(n_layers)]
+    model(mx.zeros((1, 1), dtype=mx.int32), cache=caches)
+    total = 0
+    for c in caches:
+        keys = getattr(c, "keys", None)
+        if keys is not None:
+            total += (keys.nbytes + c.values.nbytes) // keys.shape[2]
+    return max(1, total)

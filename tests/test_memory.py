@@ -1,0 +1,89 @@
+"""Memory limits: the arithmetic on literal data, then the scheduler on the real model of a smaller
+machine (a request that does not fit waits and is told why; one that never could is refused)."""
+
+from __future__ import annotations
+
+import pytest
+
+from engine.errors import MemoryLimitError
+from engine.events import Event, Finished, Request, Tokens, Waiting
+from engine.memory import MIN_CONVERSATION_CACHE, limits_for
+from engine.scheduler import Scheduler, kv_bytes_per_token, weight_bytes
+from tests import prompts
+
+GIB = 2**30
+
+
+def test_the_worked_example() -> None:
+    limits = limits_for(24 * GIB, GIB // 10, 61_440)
+    assert limits.max_streams == 16
+    assert round(limits.kv_bytes / GIB, 2) == 10.72
+    assert 187_000 < limits.kv_tokens < 188_000
+    assert round(limits.conversation_cache_bytes / GIB, 2) == 3.57
+
+
+def test_a_model_bigger_than_the_machine_leaves_no_room_but_a_small_turn_cache() -> None:
+    limits = limits_for(8 * GIB, 16 * GIB, 100_000)
+    assert limits.kv_bytes == 0 and limits.kv_tokens == 0
+    assert limits.conversation_cache_bytes == MIN_CONVERSATION_CACHE
+
+
+def test_the_limits_follow_the_machine() -> None:
+    small, big = limits_for(8 * GIB, GIB, 1000), limits_for(64 * GIB, GIB, 1000)
+    assert big.kv_bytes > 8 * small.kv_bytes and big.conversation_cache_bytes > 8 * small.conversation_cache_bytes
+
+
+def ask(chat_prompt, text: str, max_tokens: int) -> Request:
+    return Request(prompt_tokens=tuple(chat_prompt(text)), max_tokens=max_tokens)
+
+
+@pytest.mark.model
+def test_a_request_that_does_not_fit_waits_then_runs_token_equal(loaded, reference, chat_prompt) -> None:
+    per_token = kv_bytes_per_token(loaded.model, loaded.n_layers)
+    first, second = ask(chat_prompt, prompts.OPEN, 24), ask(chat_prompt, prompts.FRANCE, 12)
+    one = len(first.prompt_tokens or ()) + first.max_tokens + len(second.prompt_tokens or ()) + second.max_tokens
+    # A machine whose KV share holds the larger reply but not both at once.
+    kv_wanted = int(0.8 * one) * per_token
+    total = int((kv_wanted / 0.75 + weight_bytes(loaded.model)) / 0.6) + 1
+    events: list[Event] = []
+    sched = Scheduler(loaded, events.append, limits=limits_for(total, weight_bytes(loaded.model), per_token))
+    assert sched.conversations.max_bytes == sched.limits.conversation_cache_bytes
+    sched.submit(first)
+    sched.submit(second)
+    (waiting,) = [e for e in events if isinstance(e, Waiting)]
+    assert waiting.request_id == second.id and "KV memory" in waiting.reason and "MiB" in waiting.reason
+    while sched.busy:
+        sched.step()
+    order = [e.request_id for e in events if isinstance(e, Tokens | Finished)]
+    assert order.index(second.id) > order.index(first.id) and order[order.index(second.id) - 1] == first.id
+    done = {e.request_id: e for e in events if isinstance(e, Finished)}
+    for r in (first, second):
+        assert list(done[r.id].tokens) == reference(list(r.prompt_tokens or ()), r.max_tokens)
+
+
+@pytest.mark.model
+def test_a_reply_that_could_never_fit_is_refused_naming_the_limit(loaded, chat_prompt) -> None:
+    per_token = kv_bytes_per_token(loaded.model, loaded.n_layers)
+    total = int((200 * per_token / 0.75 + weight_bytes(loaded.model)) / 0.6)
+    sched = Scheduler(loaded, lambda _e: None, limits=limits_for(total, weight_bytes(loaded.model), per_token))
+    with pytest.raises(MemoryLimitError, match=r"needs \d+ MiB of KV memory; SmolLM2-135M-Instruct may use .* tokens"):
+        sched.submit(ask(chat_prompt, prompts.FRANCE, 400))
+    assert not sched.busy
+
+
+@pytest.mark.model
+def test_a_waiting_request_can_be_cancelled_before_it_starts(loaded, chat_prompt) -> None:
+    per_token = kv_bytes_per_token(loaded.model, loaded.n_layers)
+    total = int((120 * per_token / 0.75 + weight_bytes(loaded.model)) / 0.6)
+    events: list[Event] = []
+    sched = Scheduler(loaded, events.append, limits=limits_for(total, weight_bytes(loaded.model), per_token))
+    first, second = ask(chat_prompt, prompts.FRANCE, 60), ask(chat_prompt, prompts.FRANCE, 60)
+    sched.submit(first)
+    sched.submit(second)
+    assert [e.request_id for e in events if isinstance(e, Waiting)] == [second.id]
+    assert sched.cancel(second.id)
+    while sched.busy:
+        sched.step()
+    done = {e.request_id: e for e in events if isinstance(e, Finished)}
+    assert done[second.id].reason == "cancelled" and not done[second.id].tokens
+    assert done[first.id].tokens
