@@ -19,7 +19,7 @@ from PySide6.QtCore import QObject, QTimer, Signal, Slot
 
 from engine.engine import Engine
 from engine.errors import ModelLoadError
-from engine.events import ModelInfo, Tokens
+from engine.events import ModelInfo, Tokens, Waiting
 from engine.spans import origin_spans
 from engine.store.records import Conversation, ConversationSummary, Message
 from engine.store.service import ChatService, ReplyBegun, ReplySaved, ServiceEvent
@@ -48,6 +48,7 @@ class ChatController(QObject):
     modelFellBack = Signal(str)  # the saved model failed at launch; the embedded one loads instead
     conversationsChanged = Signal()
     replyStarted = Signal(int)  # conversation id: its user message and empty reply are saved
+    replyWaiting = Signal(int, str)  # conversation id, why its reply has not started (engine memory limits)
     liveUpdated = Signal(object)  # set of conversation ids whose streamed text changed
     replyFinished = Signal(int, object)  # conversation id, the saved Message
     replyFailed = Signal(int, str)  # conversation id, why (the reply could not start or broke)
@@ -289,6 +290,10 @@ class ChatController(QObject):
                 self._dirty.add(live.conversation_id)
                 if not self._timer.isActive():
                     self._timer.start()
+        elif isinstance(ev, Waiting):
+            live = self._live_for(ev.request_id)
+            if live is not None:
+                self.replyWaiting.emit(live.conversation_id, ev.reason)
         elif isinstance(ev, ReplySaved):  # a failure, too, ends in ReplySaved (status "error")
             self._tasks.pop(ev.conversation_id, None)
             self.live.pop(ev.conversation_id, None)

@@ -157,6 +157,7 @@ class MainWindow(QMainWindow):
         c.modelRefused.connect(self._model_refused)
         c.modelFellBack.connect(self._model_fell_back)
         c.replyStarted.connect(self._reply_started)
+        c.replyWaiting.connect(lambda _cid, why: self.statusBar().showMessage(f"A reply waits to start: {why}.", 15000))
         c.liveUpdated.connect(self._live_updated)
         c.replyFinished.connect(self._reply_finished)
         c.replyFailed.connect(self._reply_failed)

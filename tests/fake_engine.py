@@ -4,7 +4,7 @@ uses the real engine and model).
 Replies echo the last user message: ``"Echo: " + text``, one token per character (the id is the
 character's code point, so ``decode`` is exact), three tokens an event every ``delay`` seconds; the
 echoed part is marked as copied from context, and each event is followed by its round's statistics. A message containing ``FAIL`` fails after the first
-event; ``SLOW`` makes the reply 200 times longer (for tests that stop or close mid-reply).
+event; ``WAIT`` makes it say it waits first (memory limits); ``SLOW`` makes the reply 200 times longer (for tests that stop or close mid-reply).
 ``DIFFER`` with ``request.own_copy_rates`` True changes the reply's 10th character (token 9), so the
 own-copy-rates comparison sees the "on" side's tokens differ from the "off" side's.
 """
@@ -29,6 +29,7 @@ from engine.events import (
     RoundStats,
     SourceCounts,
     Tokens,
+    Waiting,
 )
 from engine.rates import DOUBT_PRIOR
 
@@ -110,6 +111,8 @@ class FakeEngine:
         if "DIFFER" in text and h.request.own_copy_rates is True:  # "DIFFER" makes the reply 12+ long
             reply = reply[:9] + ("#" if reply[9] != "#" else "%") + reply[10:]
         origins_all = ["model"] * 6 + ["context"] * (len(reply) - 6)
+        if "WAIT" in text:  # as the engine says of a request its memory limits hold back
+            h.events.put(Waiting(h.id, "2 replies are running, the most Fake-Echo runs at once"))
         start, done = time.perf_counter(), 0
         history = {"context": {"accepted": 3.0, "tested": 4.0}}
         while done < len(reply):

@@ -228,6 +228,16 @@ def test_a_model_that_cannot_work_is_refused_before_the_working_one_is_unloaded(
     assert last_reply(w).content == "Echo: still here"
 
 
+def test_a_reply_held_back_by_the_memory_limits_says_so_then_runs(qtbot, make_window) -> None:
+    w = make_window()
+    qtbot.waitUntil(lambda: w.send_button.isEnabled())
+    w.send("WAIT for me")
+    qtbot.waitUntil(lambda: "waits to start" in w.statusBar().currentMessage())
+    assert "the most Fake-Echo runs at once" in w.statusBar().currentMessage()
+    wait_reply_saved(qtbot, w)
+    assert last_reply(w).content == "Echo: WAIT for me"
+
+
 def test_closing_mid_reply_saves_it_partial(qtbot, make_window, tmp_path: Path) -> None:
     w = make_window()
     qtbot.waitUntil(lambda: w.send_button.isEnabled())

@@ -12,7 +12,7 @@ from contextlib import contextmanager
 from types import FrameType
 
 from engine.errors import LanesError, StoreError
-from engine.events import Event, Tokens
+from engine.events import Event, Tokens, Waiting
 from engine.store import paths, render
 from engine.store.db import move_aside
 from engine.store.records import ConversationSummary, Message, pack_origins
@@ -78,6 +78,8 @@ def _printer(colour: bool):  # -> Callable[[Event], None]
             c = _COLOURS.get(ev.origins[0], "") if colour and ev.origins else ""
             sys.stdout.write(f"{c}{ev.text}\x1b[0m" if c else ev.text)
             sys.stdout.flush()
+        elif isinstance(ev, Waiting):
+            print(f"(waiting to start: {ev.reason})", file=sys.stderr)
     return show
 
 
