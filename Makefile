@@ -4,6 +4,7 @@
 #   make lint   ruff check + the engine/UI layering check (make format: ruff format)
 #   make bench  the three benchmark workloads, JSON results under out/ (bench-heldout: the held-out two)
 #   make bench-store  the store at scale (10,000 conversations, synthetic, temp folder): out/bench-store.*
+#   make soak   8 streams through the engine for 20 minutes: errors and memory growth, out/soak.*
 #   make bench-ui  window responsiveness with 4 replies streaming at once (GUI-thread stalls): out/bench-ui.*
 #   make screenshots  the main window as PNGs (real model, temp folder, offscreen): docs/screenshots/
 #   make package  the app for this platform with PyInstaller: dist/Lanes.app (macOS) or dist/Lanes/ (Linux)
@@ -36,7 +37,7 @@ else
 WITH_BLAS =
 endif
 
-.PHONY: help setup openblas run test lint format bench bench-heldout bench-store bench-ui screenshots package \
+.PHONY: help setup openblas run test lint format bench bench-heldout bench-store bench-ui soak screenshots package \
 	clean distclean
 
 help:
@@ -114,6 +115,11 @@ bench-heldout:
 bench-store: setup
 	@mkdir -p out
 	@set -o pipefail; $(VENV)/bin/lanes bench-store --json out/bench-store.json | tee out/bench-store.md
+
+# Issue 26's soak: no errors, resident memory growth under 5% after the first 2 minutes.
+soak: setup
+	@mkdir -p out
+	@set -o pipefail; $(WITH_BLAS) $(VENV)/bin/lanes soak --streams 8 --minutes 20 --json out/soak.json | tee out/soak.md
 
 # The real window and model, offscreen: how late a 10 ms GUI timer fires while replies stream.
 bench-ui: setup

@@ -30,6 +30,16 @@ def main(argv: list[str] | None = None) -> int:
     bench.add_argument("--model", default=None, help="model (default: the embedded SmolLM2-135M)")
     bench.add_argument("--json", type=Path, default=None, help="write full results here")
 
+    soak = sub.add_parser("soak", help="many streams through the engine for a long time: errors and memory")
+    soak.add_argument("--streams", type=int, default=8)
+    soak.add_argument("--minutes", type=float, default=20.0)
+    soak.add_argument("--warmup", type=float, default=120.0, help="seconds before memory growth is counted")
+    soak.add_argument("--max-tokens", type=int, default=128, help="each reply's max_tokens")
+    soak.add_argument("--workload", dest="workloads", type=Path, action="append", default=None,
+                      help="JSONL workload (repeatable; default: copy-heavy, no-copy and mixed)")
+    soak.add_argument("--model", default=None, help="model (default: the embedded SmolLM2-135M)")
+    soak.add_argument("--json", type=Path, default=None, help="write full results here")
+
     data = argparse.ArgumentParser(add_help=False)
     data.add_argument("--data-dir", default=None, help="folder of the database (default: $LANES_DATA_DIR, "
                       "else the platform's application data folder)")
@@ -101,6 +111,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "bench":
             return _bench(args)
+        if args.command == "soak":
+            from engine import soak
+
+            args.workloads = args.workloads or soak.default_workloads()
+            return soak.main(args)
         from engine.store import commands
 
         return commands.run(args)
