@@ -126,8 +126,8 @@ class ChatController(QObject):
         if gen == 0 and self.model_spec is not None:
             # The saved (or asked-for) model failed at launch: the embedded one instead, said plainly;
             # the setting itself is left as it was, for the user to see and change.
-            self.fell_back = (f"Could not load the model '{self.model_spec}': {exc}. Lanes is using the "
-                              "embedded model instead; Settings still names the one that failed.")
+            self.fell_back = (f"Lanes could not load its saved model ({exc}). It is using the embedded model "
+                              f"instead; Settings still names '{self.model_spec}' for you to change.")
             self.modelFellBack.emit(self.fell_back)
             self._load(None)
             return
