@@ -65,8 +65,7 @@ class ChatController(QObject):
     _futureDone = Signal(object, object)
 
     def __init__(self, store: Store | Path, model: str | None = None,
-                 engine_factory: Callable[[str | None], Engine] = Engine, parent: QObject | None = None,
-                 locate: Callable[[str | None], object] | None = None) -> None:
+                 engine_factory: Callable[[str | None], Engine] = Engine, parent: QObject | None = None) -> None:
         super().__init__(parent)
         self.data_path = store.path if isinstance(store, Store) else Path(store)
         self.model_spec = model
@@ -85,8 +84,7 @@ class ChatController(QObject):
         self._timer = QTimer(self)
         self._timer.setInterval(REPAINT_MS)
         self._timer.timeout.connect(self._flush)  # runs only while a reply streams
-        extra = {} if locate is None else {"locate": locate}
-        self.service = ChatService(store, model, engine_factory, **extra)
+        self.service = ChatService(store, model, engine_factory)
         self._watch_model()
 
     # -- futures back on the GUI thread ---------------------------------------------------------

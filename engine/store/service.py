@@ -121,18 +121,16 @@ class ChatService:
     """One model and one data folder, for a window. Use from one thread (the GUI's).
 
     ``store`` is the app's open Store (closed by whoever opened it) or a path to open one (closed
-    with the service). ``locate`` checks a model spec without loading it (``switch_model``)."""
+    with the service)."""
 
     def __init__(self, store: Store | Path, model: str | None = None,
-                 engine_factory: Callable[[str | None], Engine] = Engine,
-                 locate: Callable[[str | None], object] = locate_model) -> None:
+                 engine_factory: Callable[[str | None], Engine] = Engine) -> None:
         self._owns_db = not isinstance(store, Store)
         self.db = Store(Path(store)) if not isinstance(store, Store) else store
         self.path = self.db.path
         self.store = StoreWorker(self.db)
         self._models = JobThread("lanes-model")
         self._engine_factory = engine_factory
-        self._locate = locate
         self.engine = engine_factory(model)
         self.tasks: set[ReplyTask] = set()
         self.comparisons: set[ComparisonTask] = set()
@@ -143,13 +141,13 @@ class ChatService:
         """Check ``model``, then stop every reply and load it, on the ``lanes-model`` thread; the
         Future resolves to the new engine (whose own ``loaded`` says when it is ready).
 
-        A spec that cannot work (``locate`` raises ModelLoadError) fails the Future before anything
+        A spec that cannot work (``locate_model`` raises ModelLoadError) fails the Future before anything
         is stopped: the working model keeps running. The old engine's thread is joined without a
         time limit (a model mid-load cannot be interrupted): two threads never own MLX at once."""
         return self._models.submit(lambda: self._switch(model))
 
     def _switch(self, model: str | None) -> Engine:
-        self._locate(model)
+        locate_model(model)
         self.cancel_all()
         self.join_replies()
         self.engine.close(timeout=None)
