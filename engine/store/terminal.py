@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from types import FrameType
 
-from engine.errors import LanesError, StoreError
+from engine.errors import LanesError, NewerSchemaError, NotLanesDatabaseError
 from engine.events import Event, Tokens, Waiting
 from engine.store import paths, render
 from engine.store.db import move_aside
@@ -198,8 +198,9 @@ def _move_aside(args: argparse.Namespace) -> int:
         return 0
     try:
         Store(path).close()
-    except StoreError as exc:
+    except (NotLanesDatabaseError, NewerSchemaError) as exc:  # not for "locked": that file is in use
         target = move_aside(path)
-        print(f"{exc.__class__.__name__}: moved {path} to {target}; Lanes starts a fresh database next time")
+        print(f"{exc.__class__.__name__}: moved {path} (and any -wal/-shm beside it) to {target}, unchanged; "
+              "Lanes starts a fresh database next time")
         return 0
     raise LanesError(f"{path} is a working Lanes database; nothing was moved")
