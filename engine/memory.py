@@ -9,7 +9,8 @@ the limit.
 Worked example: a 24 GiB machine, a model of 0.1 GiB weights, 61,440 bytes of KV a token (30 layers
 x 2 x 3 heads x 64 x 4 bytes, SmolLM2-135M in float32). Lanes takes at most 60% of memory (14.4 GiB);
 less the weights, 14.3 GiB are left: 75% for the running streams' KV (10.7 GiB, ~187,000 tokens,
-e.g. 16 streams of 11,700) and 25% (3.6 GiB) for the caches of finished turns.
+e.g. 16 streams of 11,700) and 10% (1.4 GiB) for the caches of finished turns; the rest is headroom
+for a pass's activations.
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ from dataclasses import dataclass
 
 MAX_STREAMS = 16  # streams decoding at once: the widest the engine's rounds are measured at
 MEMORY_SHARE = 0.6  # of the machine's memory, for the weights, every KV cache and the turn cache
-KV_SHARE = 0.75  # of what is left after the weights: the running streams' KV; the rest, finished turns'
+KV_SHARE = 0.75  # of what is left after the weights: the running streams' KV
+TURN_CACHE_SHARE = 0.10  # of what is left: finished turns' KV (the rest is headroom: activations, buffers)
 MIN_CONVERSATION_CACHE = 64 * 2**20
 
 
@@ -47,7 +49,7 @@ def limits_for(total_memory: int, weight_bytes: int, kv_bytes_per_token: int,
     return MemoryLimits(
         max_streams=max_streams,
         kv_bytes=int(left * KV_SHARE),
-        conversation_cache_bytes=max(MIN_CONVERSATION_CACHE, int(left * (1 - KV_SHARE))),
+        conversation_cache_bytes=max(MIN_CONVERSATION_CACHE, int(left * TURN_CACHE_SHARE)),
         kv_bytes_per_token=kv_bytes_per_token,
     )
 

@@ -4,7 +4,8 @@ Keeps ``streams`` requests in flight through one ``Engine`` (the window's engine
 rounds, Recall and the conversation cache), taking the workloads' requests in turn and continuing
 each conversation for a few turns so the turn cache is used and evicted. Every reply is checked to
 end ``eos`` / ``length``; resident memory is sampled every few seconds, with the bytes that bounded
-caches hold by design (the finished turns' KV, up to its budget, and MLX's cache of freed buffers).
+buffers hold by design: the finished turns' KV (up to its budget), the running streams' KV (its size
+follows the longest of them) and MLX's cache of freed buffers.
 The result says how much memory *outside* those caches grew after the warm-up (the first
 ``warmup_s``): the target is under 5% (docs/benchmarks.md). The raw resident size is reported too:
 it grows while the turn cache fills towards its budget.
@@ -125,7 +126,8 @@ def main(args: Any) -> int:
     with Engine(args.model) as engine:
         info = engine.info()
         budget = engine.run_sync(lambda sched: sched.conversations.max_bytes)
-        held = lambda: engine.run_sync(lambda sched: sched.conversations.nbytes + mx.get_cache_memory())  # noqa: E731
+        held = lambda: engine.run_sync(  # noqa: E731
+            lambda sched: sched.conversations.nbytes + sched.lanes.nbytes + mx.get_cache_memory())
         result = soak(engine.submit, items, args.streams, args.minutes * 60, held, warmup_s=args.warmup,
                       progress=lambda s: print(s, file=sys.stderr))
     result["turn_cache_budget_mib"] = round(budget / 2**20, 1)
