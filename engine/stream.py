@@ -6,7 +6,7 @@ import time
 from dataclasses import dataclass, field, replace
 
 import numpy as np
-from mlx_lm.tokenizer_utils import TokenizerWrapper
+from mlx_lm.tokenizer_utils import StreamingDetokenizer, TokenizerWrapper
 
 from engine.copyindex import ContextIndex, RecallIndex, Window
 from engine.edits import Applied, EditBook, edit_between
@@ -46,7 +46,9 @@ class Stream:
     stop_reason: StopReason | None = None
     cancelled: bool = False
     rng: np.random.Generator | None = None
-    _detok_from: int = 0  # output tokens not yet turned into committed text
+    # mlx-lm's streaming detokenizer for this tokenizer: decoding each round's tokens on their own
+    # would drop SentencePiece's leading spaces (Mistral, Llama 2) at round boundaries.
+    detokenizer: StreamingDetokenizer | None = None
     anchor: int = -1  # where the last context copy stood in the stream's tokens, for resync
     broke_at: int = -1  # tokens in view when that copy stopped
     anchor_landed: bool = False  # whether that copy landed rows (a real copy, not a chance match)
@@ -237,7 +239,7 @@ class Stream:
         self.context.extend(kept)
         if self.brief is not None:
             self.brief.extend(kept)
-        new_text = self._commit_text(final=self.stop_reason is not None)
+        new_text = self._commit_text(kept, final=self.stop_reason is not None)
         stop_at = self._find_stop(len(new_text))
         if stop_at is not None:
             cut = stop_at - (len(self.text) - len(new_text))
@@ -246,11 +248,15 @@ class Stream:
             self.stop_reason = "stop"
         return kept, kept_origins, new_text
 
-    def _commit_text(self, final: bool) -> str:
-        piece = self.tokenizer.decode(self.output[self._detok_from :])
-        if not final and piece.endswith("\ufffd"):
-            return ""  # a multi-byte character is still incomplete
-        self._detok_from = len(self.output)
+    def _commit_text(self, tokens: list[int], final: bool) -> str:
+        if self.detokenizer is None:
+            self.detokenizer = self.tokenizer.detokenizer
+            self.detokenizer.reset()
+        for t in tokens:
+            self.detokenizer.add_token(t)
+        if final:
+            self.detokenizer.finalize()
+        piece = self.detokenizer.last_segment
         self.text += piece
         return piece
 

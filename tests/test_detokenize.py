@@ -1,0 +1,31 @@
+"""A reply's text comes from mlx-lm's streaming detokenizer, not from decoding each round's tokens
+alone: SentencePiece tokenizers (Mistral, Llama 2) mark a word's leading space inside the token,
+and decoding one round's tokens on their own drops it at every round boundary."""
+
+from __future__ import annotations
+
+from mlx_lm.tokenizer_utils import TokenizerWrapper
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+from transformers import PreTrainedTokenizerFast
+
+from engine.events import Request
+from engine.families import DEFAULT
+from engine.stream import Stream
+
+
+def sentencepiece_like() -> TokenizerWrapper:
+    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2, "▁Hello": 3, "▁world": 4, "!": 5, "▁again": 6}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Metaspace()
+    tok.decoder = decoders.Metaspace()
+    return TokenizerWrapper(PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>",
+                                                    unk_token="<unk>"))
+
+
+def test_leading_spaces_survive_round_boundaries() -> None:
+    tokenizer = sentencepiece_like()
+    assert tokenizer.decode([4]) == "world"  # alone, the space is gone: what each round used to get
+    stream = Stream.start(Request(prompt_tokens=(1, 3), max_tokens=8), [1, 3], DEFAULT, tokenizer)
+    pieces = [stream.accept(tokens, ["model"] * len(tokens))[2] for tokens in ([3], [4, 5], [6], [2])]
+    assert stream.text == "Hello world! again" == "".join(pieces)
+    assert stream.stop_reason == "eos"
