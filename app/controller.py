@@ -19,7 +19,7 @@ from PySide6.QtCore import QObject, QTimer, Signal, Slot
 
 from engine.engine import Engine
 from engine.errors import ModelLoadError
-from engine.events import ModelInfo, Tokens, Waiting
+from engine.events import ModelInfo, Notice, Tokens, Waiting
 from engine.spans import origin_spans
 from engine.store.records import Conversation, ConversationSummary, Message
 from engine.store.service import ChatService, ReplyBegun, ReplySaved, ServiceEvent
@@ -49,6 +49,7 @@ class ChatController(QObject):
     conversationsChanged = Signal()
     replyStarted = Signal(int)  # conversation id: its user message and empty reply are saved
     replyWaiting = Signal(int, str)  # conversation id, why its reply has not started (engine memory limits)
+    replyNotice = Signal(int, str)  # conversation id, what the user should know about how its reply runs
     liveUpdated = Signal(object)  # set of conversation ids whose streamed text changed
     replyFinished = Signal(int, object)  # conversation id, the saved Message
     replyFailed = Signal(int, str)  # conversation id, why (the reply could not start or broke)
@@ -292,6 +293,10 @@ class ChatController(QObject):
             live = self._live_for(ev.request_id)
             if live is not None:
                 self.replyWaiting.emit(live.conversation_id, ev.reason)
+        elif isinstance(ev, Notice):
+            live = self._live_for(ev.request_id)
+            if live is not None:
+                self.replyNotice.emit(live.conversation_id, ev.message)
         elif isinstance(ev, ReplySaved):  # a failure, too, ends in ReplySaved (status "error")
             self._tasks.pop(ev.conversation_id, None)
             self.live.pop(ev.conversation_id, None)

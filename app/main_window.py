@@ -158,6 +158,7 @@ class MainWindow(QMainWindow):
         c.modelFellBack.connect(self._model_fell_back)
         c.replyStarted.connect(self._reply_started)
         c.replyWaiting.connect(lambda _cid, why: self.statusBar().showMessage(f"A reply waits to start: {why}.", 15000))
+        c.replyNotice.connect(lambda _cid, what: self.statusBar().showMessage(f"Note: {what}.", 15000))
         c.liveUpdated.connect(self._live_updated)
         c.replyFinished.connect(self._reply_finished)
         c.replyFailed.connect(self._reply_failed)

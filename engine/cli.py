@@ -98,6 +98,11 @@ def main(argv: list[str] | None = None) -> int:
 
     sub.add_parser("move-aside", parents=[data], help="rename an unusable database so Lanes starts fresh")
 
+    make = sub.add_parser("make-model", help="write a model folder for tests and benchmarks (engine/synth.py)")
+    make.add_argument("kind", help="embedded-as-qwen2, or an architecture for tiny random weights "
+                      "(qwen3, gemma3_text, gpt_oss, lfm2, qwen3_next, nemotron_h, mamba2)")
+    make.add_argument("folder", type=Path)
+
     bstore = sub.add_parser("bench-store", help="time the store at scale (synthetic data, temp folder)")
     bstore.add_argument("--conversations", type=int, default=10_000)
     bstore.add_argument("--messages", type=int, default=100_000)
@@ -111,6 +116,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "bench":
             return _bench(args)
+        if args.command == "make-model":
+            return _make_model(args)
         if args.command == "soak":
             from engine import soak
 
@@ -148,6 +155,18 @@ def _bench(args: argparse.Namespace) -> int:
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(result, separators=(",", ":")) + "\n")
+    return 0
+
+
+def _make_model(args: argparse.Namespace) -> int:
+    from engine import synth
+    from engine.errors import LanesError
+    from engine.models import load_model
+
+    if args.kind not in synth.KINDS:
+        raise LanesError(f"unknown model kind '{args.kind}' (known: {', '.join(synth.KINDS)})")
+    folder = synth.make(args.kind, args.folder, load_model(None))
+    print(folder)
     return 0
 
 

@@ -3,6 +3,12 @@
 Bounded by bytes and evicted least-recently-used. A cache is *taken* while a
 stream uses it (two concurrent turns of one conversation cannot share buffers that
 both would write) and *put* back when the stream ends.
+
+Attention caches are trimmed to the prefix the next prompt shares. A recurrent
+layer's state (``ArraysCache``) holds all of its tokens and cannot be trimmed, so
+a model with such layers reuses a turn's caches only when the new prompt starts
+with every token they hold (a follow-up turn whose template re-renders the earlier
+ones unchanged).
 """
 
 from __future__ import annotations
@@ -10,14 +16,15 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
-from mlx_lm.models.cache import KVCache
+from mlx_lm.models.cache import ArraysCache
 
 
 @dataclass
 class Entry:
-    tokens: tuple[int, ...]  # exactly the tokens whose keys and values the caches hold
-    caches: list[KVCache]
+    tokens: tuple[int, ...]  # exactly the tokens whose keys and values (and states) the caches hold
+    caches: list[Any]  # KVCache or ArraysCache, one per cached layer
 
     @property
     def nbytes(self) -> int:
@@ -44,7 +51,7 @@ class ConversationCache:
     def __len__(self) -> int:
         return len(self._entries)
 
-    def take(self, conversation: str, prompt: Sequence[int]) -> tuple[list[KVCache], int] | None:
+    def take(self, conversation: str, prompt: Sequence[int]) -> tuple[list[Any], int] | None:
         """Remove and return (caches trimmed to the shared prefix, reused tokens).
 
         At least one prompt token is left unreused: the stream's first row needs it.
@@ -55,11 +62,14 @@ class ConversationCache:
         reuse = min(common_prefix(entry.tokens, prompt), len(prompt) - 1)
         if reuse <= 0:
             return None
+        if reuse < len(entry.tokens) and any(isinstance(c, ArraysCache) for c in entry.caches):
+            return None  # a recurrent state cannot go back to a shorter prefix
         for c in entry.caches:
-            c.trim(c.offset - reuse)
+            if not isinstance(c, ArraysCache):
+                c.trim(c.offset - reuse)
         return entry.caches, reuse
 
-    def put(self, conversation: str, tokens: Sequence[int], caches: list[KVCache]) -> None:
+    def put(self, conversation: str, tokens: Sequence[int], caches: list[Any]) -> None:
         self._entries.pop(conversation, None)
         entry = Entry(tuple(tokens), caches)
         if entry.nbytes > self.max_bytes:

@@ -154,7 +154,16 @@ class Waiting:
     reason: str
 
 
-Event = Tokens | RoundStats | Finished | Failed | Waiting
+@dataclass(frozen=True)
+class Notice:
+    """Something the user should know about how a request runs, said once when it is submitted
+    (e.g. a chat template that takes no system prompt: engine.chattemplate)."""
+
+    request_id: str
+    message: str
+
+
+Event = Tokens | RoundStats | Finished | Failed | Waiting | Notice
 
 
 @dataclass(frozen=True)

@@ -51,6 +51,8 @@ _REGISTRY: tuple[tuple[str, Family], ...] = (
     # with half its wasted rows, 1.18-1.21x on no-copy and held-out mixed; 0.84-0.97x on the copy
     # workloads (its doubt prior, measured side by side there, is that price).
     ("smollm2", Family(name="smollm2", own_copy_rates=True)),
+    # The change own copy rates grew from (shared/seed) says the LFM2 family is the one that turns it on.
+    ("lfm2", Family(name="lfm2", own_copy_rates=True)),
     ("qwen", Family(name="qwen")),
     ("llama", Family(name="llama")),
 )

@@ -16,9 +16,15 @@ Worked example: two streams of lengths [5, 3] run a round of width 4. Row 0
 writes positions 5..8, row 1 writes 3..6. Row 0 keeps 2 (its next token and one
 accepted draft) and row 1 keeps 4: lengths become [7, 7].
 
-The model sees one ``LayerView`` per layer (``update_and_fetch``, ``offset``,
-``make_mask``: the interface mlx-lm's attention calls); the lengths and mask
-live once in ``LaneCache``.
+The model sees one view per cached layer, the interface mlx-lm's layers call:
+``LayerView`` for attention (``update_and_fetch``, ``offset``, ``make_mask``; a
+sliding-window layer's mask also hides keys older than its window) and
+``StateView`` for a recurrent layer (``cache[i]`` reads and writes, ``lengths``,
+``make_mask``: what mlx-lm's batched generation gives its conv and SSM layers).
+The lengths and masks live once in ``LaneCache``. A recurrent layer's state
+cannot be overwritten later like a rejected row's keys: a round stops each
+stream's state at its real rows, and ``settle`` replays the kept rows of streams
+that rejected some (``engine.recurrent``).
 
 A *grouped* round (``begin_grouped``, used by ``engine.forward``) gives each
 stream its own width instead: streams with one row are attended as one group,
@@ -32,7 +38,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import mlx.core as mx
-from mlx_lm.models.cache import KVCache
+from mlx_lm.models.cache import ArraysCache, KVCache
+
+from engine.cachekinds import LayerKind, cache_arrays, length_of
+from engine.recurrent import Call
 
 STEP = 256  # capacity grows in steps, as mlx-lm's KVCache does
 
@@ -51,6 +60,15 @@ class Snapshot:
     copies: tuple[mx.array | None, ...]
     start: int
     end: int
+
+
+@dataclass(frozen=True)
+class Saved:
+    """A ``LaneCache`` before a pass, for ``LaneCache.restore``."""
+
+    keys: Snapshot
+    values: Snapshot
+    states: list[list[mx.array | None]]
 
 
 def snapshot(buffers: Sequence[mx.array | None], start: int, end: int) -> Snapshot:
@@ -99,7 +117,7 @@ class LayerView:
         return self._lanes.write(self._layer, keys, values)
 
     def make_mask(self, n: int, return_array: bool = False, window_size: int | None = None) -> mx.array:
-        return self._lanes.mask(n)
+        return self._lanes.mask(n, window_size or self._lanes.kinds[self._layer].window)
 
     @property
     def nbytes(self) -> int:
@@ -107,18 +125,67 @@ class LayerView:
         return 0 if k is None or v is None else k.nbytes + v.nbytes
 
 
-class LaneCache:
-    """KV storage for every active stream, with a length per row."""
+class StateView:
+    """One recurrent layer's slice of a ``LaneCache``: the ``ArraysCache`` protocol mlx-lm's conv and
+    SSM layers call, over every stream's state (axis 0: one row per stream)."""
 
-    def __init__(self, n_layers: int) -> None:
-        self.n_layers = n_layers
+    left_padding = None
+
+    def __init__(self, lanes: LaneCache, layer: int) -> None:
+        self._lanes = lanes
+        self._layer = layer
+
+    def __getitem__(self, idx: int) -> mx.array | None:
+        return self._lanes.states[self._layer][idx]
+
+    def __setitem__(self, idx: int, value: mx.array) -> None:
+        self._lanes.states[self._layer][idx] = value
+
+    @property
+    def lengths(self) -> mx.array | None:
+        # Each stream's real rows in this pass: its state stops there (None: every row is real).
+        return self._lanes.state_lengths
+
+    def advance(self, n: int) -> None:
+        pass  # the lengths are the round's, set by LaneCache
+
+    def make_mask(self, n: int, **kwargs: object) -> mx.array | None:
+        lengths = self._lanes.state_lengths
+        return None if lengths is None else mx.arange(n)[None] < lengths[:, None]
+
+    def record(self, call: Call) -> None:
+        self._lanes.calls[self._layer] = call
+
+    @property
+    def nbytes(self) -> int:
+        return sum(a.nbytes for a in self._lanes.states[self._layer] if a is not None)
+
+
+class LaneCache:
+    """Cache storage for every active stream, with a length per row.
+
+    ``kinds``: one ``LayerKind`` per cached layer (``engine.cachekinds``), or a layer count for a
+    model of plain attention layers only."""
+
+    def __init__(self, kinds: int | list[LayerKind]) -> None:
+        self.kinds = [LayerKind()] * kinds if isinstance(kinds, int) else list(kinds)
+        self.n_layers = n_layers = len(self.kinds)
         self.keys: list[mx.array | None] = [None] * n_layers
         self.values: list[mx.array | None] = [None] * n_layers
+        # Recurrent layers: their arrays of state, each [batch, ...]; rows as in ``lengths``.
+        self.states: list[list[mx.array | None]] = [[None] * k.states for k in self.kinds]
+        self.recurrent = [i for i, k in enumerate(self.kinds) if k.recurrent]
         self.lengths: list[int] = []
-        self.views = [LayerView(self, i) for i in range(n_layers)]
+        self.views = [StateView(self, i) if k.recurrent else LayerView(self, i) for i, k in enumerate(self.kinds)]
+        self.state_lengths: mx.array | None = None
+        self.calls: dict[int, Call] = {}  # each recurrent layer's mixer call in this round
         self._width = 0
+        self._real: list[int] = []  # each row's real (unpadded) rows in this round
+        self._kept: list[int] = []
+        self._before: list[list[mx.array | None]] | None = None  # states at the round's start
         self._offsets: mx.array | None = None
         self._mask: mx.array | None = None
+        self._masks: dict[int, mx.array] = {}  # by sliding window
 
     # -- shape ---------------------------------------------------------------
     @property
@@ -127,7 +194,7 @@ class LaneCache:
 
     @property
     def capacity(self) -> int:
-        k = self.keys[0]
+        k = next((k for k in self.keys if k is not None), None)
         return 0 if k is None else k.shape[2]
 
     @property
@@ -135,11 +202,18 @@ class LaneCache:
         return sum(v.nbytes for v in self.views)
 
     # -- round protocol ------------------------------------------------------
-    def begin_round(self, width: int) -> None:
-        """Prepare for a forward pass of ``width`` query rows per stream."""
+    def begin_round(self, width: int, real: Sequence[int] | None = None) -> None:
+        """Prepare for a forward pass of ``width`` query rows per stream, of which row i's first
+        ``real[i]`` are real (the rest pad it; by default all are real)."""
         self._reserve(width)
         everyone = self._group(tuple(range(self.batch)), width)
         self._offsets, self._mask = everyone.offsets, everyone.mask  # mask: [batch, 1, width, keys]
+        self._real = list(real) if real is not None else [width] * self.batch
+        self._kept = list(self._real)
+        if self.recurrent:
+            self._before = [list(self.states[i]) for i in range(self.n_layers)]
+            if any(r < width for r in self._real):
+                self.state_lengths = mx.array(self._real, dtype=mx.int32)
 
     def begin_grouped(self, widths: Sequence[int]) -> list[Group]:
         """Prepare a round where row i has ``widths[i]`` query rows (see the module docstring)."""
@@ -217,9 +291,19 @@ class LaneCache:
         assert self._offsets is not None, "begin_round() first"
         return self._offsets
 
-    def mask(self, n: int) -> mx.array:
+    def mask(self, n: int, window: int | None = None) -> mx.array:
+        """The round's attention mask ``[batch, 1, width, keys]``; with ``window``, keys more than
+        ``window - 1`` positions before a query are hidden too (a sliding-window layer)."""
         assert self._mask is not None and n == self._width, "mask asked for another width"
-        return self._mask
+        if window is None:
+            return self._mask
+        if window not in self._masks:
+            assert self._offsets is not None
+            end = self._mask.shape[-1]
+            query = self._offsets[:, None, None, None] + mx.arange(n, dtype=mx.int32)[None, None, :, None]
+            keypos = mx.arange(end, dtype=mx.int32)[None, None, None, :]
+            self._masks[window] = self._mask & (keypos > query - window)
+        return self._masks[window]
 
     def write(self, layer: int, keys: mx.array, values: mx.array) -> tuple[mx.array, mx.array]:
         kbuf, vbuf = self._put(layer, range(self.batch), keys, values)
@@ -230,31 +314,71 @@ class LaneCache:
         """After verification: row ``row`` keeps ``kept`` of this round's positions."""
         assert 0 <= kept <= self._width
         self.lengths[row] += kept
+        if self._kept:
+            self._kept[row] = kept
 
-    def save(self, width: int) -> tuple[Snapshot, Snapshot]:
+    def settle(self) -> None:
+        """After every row has advanced: stop each recurrent layer's state at the rows each stream
+        kept, replaying the round's mixer calls where some stream kept fewer than its real rows
+        (``engine.recurrent``). Nothing to do for attention layers: the mask hides rejected rows."""
+        if not self.recurrent or self._before is None:
+            return
+        masked = [i for i in self.recurrent if self.kinds[i].masked]
+        alone = [i for i in self.recurrent if not self.kinds[i].masked]
+        if masked and self._kept != self._real:
+            self.state_lengths = mx.array(self._kept, dtype=mx.int32)
+            mask = mx.arange(self._width)[None] < self.state_lengths[:, None]
+            for layer in masked:
+                self.states[layer] = list(self._before[layer])
+                self.calls[layer].replay(self.views[layer], mask)
+        rows = [r for r, kept in enumerate(self._kept) if kept < self._width]
+        for layer in alone if rows else ():
+            states = self.states[layer]
+            for row in rows:
+                before = [a[row : row + 1] if a is not None else None for a in self._before[layer]]
+                after = self.calls[layer].replay_row(row, self._kept[row], before)
+                for j, a in enumerate(after):
+                    states[j] = mx.concatenate([states[j][:row], a, states[j][row + 1 :]])  # type: ignore[index]
+        mx.eval([a for layer in self.recurrent for a in self.states[layer] if a is not None])
+
+    def save(self, width: int) -> Saved:
         """What a pass of up to ``width`` rows a stream may overwrite (from the shortest row's length
-        on), for ``restore``; call it before ``begin_*``, which may grow the buffers."""
+        on), for ``restore``; call it before ``begin_*``, which may grow the buffers. Recurrent
+        states are kept by reference: layers replace them, never write into them."""
         start, end = min(self.lengths, default=0), max(self.lengths, default=0) + width
-        return snapshot(self.keys, start, end), snapshot(self.values, start, end)
+        return Saved(snapshot(self.keys, start, end), snapshot(self.values, start, end),
+                     [list(s) for s in self.states])
 
-    def restore(self, saved: tuple[Snapshot, Snapshot]) -> None:
-        """Undo a pass that raised: every buffer holds again what it held at ``save``."""
-        self.keys, self.values = put_back(saved[0]), put_back(saved[1])
+    def restore(self, saved: Saved) -> None:
+        """Undo a pass that raised: every buffer and state holds again what it held at ``save``."""
+        self.keys, self.values = put_back(saved.keys), put_back(saved.values)
+        self.states = [list(s) for s in saved.states]
         self.end_round()
 
     def end_round(self) -> None:
         self._offsets = None
         self._mask = None
+        self._masks = {}
         self._width = 0
+        self._real, self._kept, self._before = [], [], None
+        self.state_lengths = None
+        self.calls = {}
 
     # -- membership ----------------------------------------------------------
-    def add(self, caches: Sequence[KVCache]) -> int:
-        """Append a stream whose prefilled per-layer caches are ``caches``; returns its row."""
-        length = caches[0].offset
+    def add(self, caches: Sequence[KVCache | ArraysCache], length: int | None = None) -> int:
+        """Append a stream whose per-layer caches hold its first ``length`` tokens (by default what
+        its KV caches hold); returns its row."""
+        length = length if length is not None else length_of(caches)
+        assert length is not None, "a model of recurrent layers only: give the length"
         cap = max(self.capacity, _round_up(length + 1))
         if self.capacity < cap and self.batch:
             self._grow(cap)
         for i, c in enumerate(caches):
+            if isinstance(c, ArraysCache):
+                self.states[i] = [a if old is None else mx.concatenate([old, a])
+                                  for old, a in zip(self.states[i], c.cache, strict=True)]
+                continue
+            assert c.offset == length, "caches of one stream hold as many tokens each"
             k, v = c.keys[..., :length, :], c.values[..., :length, :]
             pad = [(0, 0), (0, 0), (0, cap - length), (0, 0)]
             k, v = mx.pad(k, pad), mx.pad(v, pad)
@@ -262,7 +386,7 @@ class LaneCache:
             self.keys[i] = k if kb is None else mx.concatenate([kb, k], axis=0)
             self.values[i] = v if vb is None else mx.concatenate([vb, v], axis=0)
         self.lengths.append(length)
-        mx.eval(self.keys, self.values)
+        mx.eval(self.keys, self.values, self.states)
         return self.batch - 1
 
     def remove(self, row: int) -> None:
@@ -272,28 +396,35 @@ class LaneCache:
         if not keep:
             self.keys = [None] * self.n_layers
             self.values = [None] * self.n_layers
+            self.states = [[None] * k.states for k in self.kinds]
             return
         idx = mx.array(keep, dtype=mx.int32)
         self.keys = [k[idx] if k is not None else None for k in self.keys]
         self.values = [v[idx] if v is not None else None for v in self.values]
+        self.states = [[a[idx] if a is not None else None for a in layer] for layer in self.states]
         if max(self.lengths) + STEP < self.capacity:  # shrink after a long stream leaves
             cap = _round_up(max(self.lengths) + 1)
             self.keys = [k[:, :, :cap, :] if k is not None else None for k in self.keys]
             self.values = [v[:, :, :cap, :] if v is not None else None for v in self.values]
-        mx.eval(self.keys, self.values)
+        mx.eval(self.keys, self.values, self.states)
 
-    def extract(self, row: int) -> list[KVCache]:
-        """A copy of one stream's real positions as plain mlx-lm caches."""
+    def extract(self, row: int) -> list[KVCache | ArraysCache]:
+        """A copy of one stream's real positions (and states) as plain mlx-lm caches."""
         length = self.lengths[row]
-        out = []
-        for k, v in zip(self.keys, self.values, strict=True):
+        out: list[KVCache | ArraysCache] = []
+        for kind, k, v, states in zip(self.kinds, self.keys, self.values, self.states, strict=True):
+            if kind.recurrent:
+                a = ArraysCache(kind.states)
+                a.cache = [mx.contiguous(s[row : row + 1]) if s is not None else None for s in states]
+                out.append(a)
+                continue
             assert k is not None and v is not None
             c = KVCache()
             c.keys = mx.contiguous(k[row : row + 1, :, :length, :])
             c.values = mx.contiguous(v[row : row + 1, :, :length, :])
             c.offset = length
             out.append(c)
-        mx.eval([c.keys for c in out], [c.values for c in out])
+        mx.eval(cache_arrays(out))
         return out
 
     def _grow(self, need: int) -> None:

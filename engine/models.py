@@ -9,10 +9,11 @@ from pathlib import Path
 
 import mlx.core as mx
 import mlx.nn as nn
-from mlx_lm.models.cache import KVCache
 from mlx_lm.tokenizer_utils import TokenizerWrapper
 
-from engine import blas
+from engine import blas, recurrent
+from engine.batchcheck import check_rounds
+from engine.cachekinds import LayerKind, layer_kinds
 from engine.errors import ModelLoadError
 from engine.families import Family, family_for
 from engine.gguf import gguf_tokenizer, load_gguf
@@ -30,11 +31,17 @@ class LoadedModel:
     path: Path
     context_length: int
     device: str  # "cpu" or "gpu"
+    kinds: tuple[LayerKind, ...]  # what each cached layer holds (engine.cachekinds)
     warnings: tuple[str, ...] = ()
 
     @property
     def n_layers(self) -> int:
-        return len(self.model.layers)
+        """Cached layers: what the model's forward takes one cache each for."""
+        return len(self.kinds)
+
+    @property
+    def recurrent(self) -> bool:
+        return any(k.recurrent for k in self.kinds)
 
 
 def on_gpu() -> bool:
@@ -54,14 +61,15 @@ def load_model(spec: str | None = None) -> LoadedModel:
     path = locate_model(spec)
     if path.suffix == ".gguf":
         model, meta, ctx = load_gguf(path, quantized=on_gpu())
-        tokenizer = gguf_tokenizer(meta)
+        tokenizer = gguf_tokenizer(meta, path)
         name = "SmolLM2-135M-Instruct" if spec == EMBEDDED else path.stem
         family = family_for(f"{name} {meta.get('general.basename', '')}", "llama")
     else:
         model, tokenizer, ctx = _load_mlx_lm(path)
         name = spec
         family = family_for(spec, getattr(getattr(model, "args", None), "model_type", ""))
-    _check_caches(model, name)
+    kinds = recurrent.prepare(model, layer_kinds(model, name))
+    check_rounds(model, kinds, name)
     return LoadedModel(
         model=model,
         tokenizer=tokenizer,
@@ -70,6 +78,7 @@ def load_model(spec: str | None = None) -> LoadedModel:
         path=path,
         context_length=ctx,
         device="gpu" if on_gpu() else "cpu",
+        kinds=tuple(kinds),
         warnings=tuple(warnings),
     )
 
@@ -91,14 +100,3 @@ def _load_mlx_lm(path: Path) -> tuple[nn.Module, TokenizerWrapper, int]:
     config = json.loads((path / "config.json").read_text())
     ctx = int(config.get("max_position_embeddings") or config.get("max_seq_len") or 4096)
     return model, tokenizer, ctx
-
-
-def _check_caches(model: nn.Module, name: str) -> None:
-    """Lanes roll back per stream, which needs plain attention KV caches."""
-    caches = model.make_cache() if hasattr(model, "make_cache") else [KVCache() for _ in model.layers]
-    odd = {type(c).__name__ for c in caches if type(c) is not KVCache}
-    if odd:
-        raise ModelLoadError(
-            f"model '{name}' uses {', '.join(sorted(odd))} layers; Lanes supports models with plain "
-            "attention KV caches (llama, qwen, mistral, phi and the like)"
-        )

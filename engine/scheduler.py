@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import partial
+from typing import Any
 
 import mlx.core as mx
 import mlx.nn as nn
@@ -25,6 +26,8 @@ from mlx.utils import tree_flatten
 from mlx_lm.models.cache import KVCache
 
 from engine.allocator import Offer, allocate
+from engine.cachekinds import LayerKind, cache_arrays, length_of, make_caches
+from engine.chattemplate import Rendered, render
 from engine.contextcost import ContextSample, fit
 from engine.convcache import ConversationCache
 from engine.copyindex import RecallIndex, Window
@@ -37,7 +40,18 @@ from engine.costmodel import (
     CostModel,
 )
 from engine.errors import LanesError, MemoryLimitError, PromptTooLongError
-from engine.events import Event, Failed, Finished, Origin, ReplyStats, Request, RoundStats, Tokens, Waiting
+from engine.events import (
+    Event,
+    Failed,
+    Finished,
+    Notice,
+    Origin,
+    ReplyStats,
+    Request,
+    RoundStats,
+    Tokens,
+    Waiting,
+)
 from engine.forward import ROW_MULTIPLE, Chunk, grouped_logits, prefill, supports_grouped
 from engine.hostpass import HostPass, supports_host
 from engine.lanecache import LaneCache
@@ -61,7 +75,7 @@ class Joining:
     """A stream whose prompt is being prefilled, one chunk per step."""
 
     stream: Stream
-    caches: list[KVCache]
+    caches: list[Any]  # mlx-lm caches of one stream, one per cached layer (engine.cachekinds)
     done: int  # prompt tokens already in the caches
 
 
@@ -108,10 +122,10 @@ class Scheduler:
         # Rounds without a prompt chunk computed by numpy on the CPU (engine.hostpass).
         self.host_pass = HostPass(self.model) if loaded.device == "cpu" and supports_host(self.model) else None
         self.limits = limits if limits is not None else limits_for(
-            machine_memory(), weight_bytes(self.model), kv_bytes_per_token(self.model, loaded.n_layers))
+            machine_memory(), weight_bytes(self.model), kv_bytes_per_token(self.model, list(loaded.kinds)))
         self.conversations = (conversations if conversations is not None
                               else ConversationCache(self.limits.conversation_cache_bytes))
-        self.lanes = LaneCache(loaded.n_layers)
+        self.lanes = LaneCache(list(loaded.kinds))
         self.active: list[Stream] = []  # row i of self.lanes is self.active[i]
         self.joining: list[Joining] = []
         self.waiting: list[Request] = []  # admitted in order once streams and KV memory have room
@@ -127,12 +141,16 @@ class Scheduler:
 
     # -- requests ------------------------------------------------------------
     def prompt_tokens(self, request: Request) -> list[int]:
+        return self._render(request).tokens
+
+    def _render(self, request: Request) -> Rendered:
+        """The request's prompt tokens (its own, or its messages through the chat template), checked
+        against the context limit."""
         if request.prompt_tokens is not None:
-            tokens = list(request.prompt_tokens)
+            rendered = Rendered(list(request.prompt_tokens), None)
         else:
-            tokens = list(
-                self.tokenizer.apply_chat_template(list(request.messages), add_generation_prompt=True)
-            )
+            rendered = render(self.tokenizer, request.messages)
+        tokens = rendered.tokens
         if len(tokens) < 2:
             raise LanesError("a prompt needs at least two tokens: give at least one message")
         limit = self.loaded.context_length
@@ -140,7 +158,7 @@ class Scheduler:
             raise PromptTooLongError(
                 f"prompt of {len(tokens)} tokens exceeds {self.loaded.name}'s context limit of {limit} tokens"
             )
-        return tokens
+        return rendered
 
     def submit(self, request: Request) -> None:
         """Validate (raising before any compute) and queue ``request`` for prefill, or, when the
@@ -149,7 +167,10 @@ class Scheduler:
             raise LanesError(f"max_tokens must be at least 1 (got {request.max_tokens})")
         if not 0.0 <= request.top_p <= 1.0 or request.temperature < 0:
             raise LanesError("temperature must be >= 0 and top_p within 0..1")
-        prompt = self.prompt_tokens(request)
+        rendered = self._render(request)
+        prompt = rendered.tokens
+        if rendered.notice is not None:
+            self.emit(Notice(request.id, rendered.notice))
         room = self.loaded.context_length - len(prompt)
         if request.max_tokens > room:
             request = replace(request, max_tokens=room)
@@ -195,13 +216,13 @@ class Scheduler:
 
     def _join(self, request: Request, prompt: list[int]) -> None:
         stream = Stream.start(request, prompt, self.loaded.family, self.tokenizer)
-        caches: list[KVCache] | None = None
+        caches: list[Any] | None = None
         if request.conversation:
             taken = self.conversations.take(request.conversation, prompt)
             if taken is not None:
                 caches, stream.reused = taken
         if caches is None:
-            caches = [KVCache() for _ in range(self.loaded.n_layers)]
+            caches = make_caches(list(self.loaded.kinds))
         self.joining.append(Joining(stream, caches, stream.reused))
 
     def cancel(self, request_id: str) -> bool:
@@ -228,7 +249,7 @@ class Scheduler:
         self.joining.clear()
         self.waiting.clear()
         self.ahead = None
-        self.lanes = LaneCache(self.loaded.n_layers)
+        self.lanes = LaneCache(list(self.loaded.kinds))
 
     @property
     def busy(self) -> bool:
@@ -267,23 +288,25 @@ class Scheduler:
                 seconds = self._time_pass(short_ctx, widths, grouped=True, repeats=repeats)
                 self.costs.observe(batch, width, seconds, wide, keys=CALIBRATION_KEYS)
 
-    def _filler_context(self, keys: int) -> list[KVCache]:
+    def _filler_context(self, keys: int) -> list[Any]:
         """Per-layer caches holding ``keys`` tokens of context, for timing passes (the values don't matter)."""
-        caches = [KVCache() for _ in range(self.loaded.n_layers)]
+        caches = make_caches(list(self.loaded.kinds))
         self.model(mx.zeros((1, CALIBRATION_KEYS), dtype=mx.int32), cache=caches)
         if keys > CALIBRATION_KEYS:  # the rest as zeros: computing it would cost a long prefill
             for c in caches:
+                if not isinstance(c, KVCache):
+                    continue  # a recurrent state is as large at any length
                 k, v = c.keys, c.values
                 c.update_and_fetch(mx.zeros((*k.shape[:2], keys - c.offset, k.shape[3]), dtype=k.dtype),
                                    mx.zeros((*v.shape[:2], keys - c.offset, v.shape[3]), dtype=v.dtype))
-        mx.eval([c.keys for c in caches])
+        mx.eval(cache_arrays(caches))
         return caches
 
-    def _time_pass(self, context: list[KVCache], widths: list[int], grouped: bool, repeats: int) -> float:
+    def _time_pass(self, context: list[Any], widths: list[int], grouped: bool, repeats: int) -> float:
         """Best of ``repeats`` timings of one pass, every stream holding the filler ``context``."""
-        lanes = LaneCache(self.loaded.n_layers)
+        lanes = LaneCache(list(self.loaded.kinds))
         for _ in widths:
-            lanes.add(context)
+            lanes.add(context, length_of(context) or CALIBRATION_KEYS)
         width = max(widths)
         best = float("inf")
         for _ in range(repeats + 1):
@@ -343,14 +366,14 @@ class Scheduler:
                     prefill(self.model, Chunk(s.prompt[job.done : end], job.caches), self.row_multiple, True,
                             self.rope_table)
                 else:
-                    body = getattr(self.model, "model", self.model)
+                    body = _body(self.model)
                     body(mx.array(s.prompt[job.done : end])[None], cache=job.caches)
-                    mx.eval([c.keys for c in job.caches])
+                    mx.eval(cache_arrays(job.caches))
                 job.done = end
             if job.done < len(s.prompt) - 1:
                 return
             self.joining.pop(0)
-            self.lanes.add(job.caches)
+            self.lanes.add(job.caches, job.done)
             self.active.append(s)
         except Exception as exc:  # one stream's failure leaves the others running
             if self.joining and self.joining[0] is job:
@@ -408,7 +431,7 @@ class Scheduler:
                 self.rounds_grouped += 1
             groups = self.lanes.begin_grouped([len(r) for r in rows])
         else:
-            self.lanes.begin_round(width)
+            self.lanes.begin_round(width, [len(r) for r in rows])
         t_fwd = time.perf_counter()
         try:
             choices: mx.array | None = None
@@ -496,6 +519,7 @@ class Scheduler:
             except Exception as exc:  # one stream's failure leaves the others running
                 failures[i] = exc
                 done.append(i)
+        self.lanes.settle()
         self.lanes.end_round()
         for row in reversed(done):
             if row in failures:
@@ -542,8 +566,8 @@ class Scheduler:
         computation (mlx-lm's ``batch_generate`` overlaps its steps the same way). Returns whether
         the lanes were advanced here (each stream by one position).
         """
-        if width != 1 or sampling or self.joining:
-            return False
+        if width != 1 or sampling or self.joining or self.lanes.recurrent:
+            return False  # a recurrent state, once advanced, could not be overwritten like keys
         if not all(s.surely_draft_free_next(self.recall) for s in plan.streams):
             return False
         for row in range(len(plan.streams)):
@@ -566,17 +590,17 @@ class Scheduler:
     def _leave(self, row: int) -> None:
         s = self.active.pop(row)
         caches = self.lanes.extract(row) if s.request.conversation else None
+        kept = self.lanes.lengths[row]
         self.lanes.remove(row)
-        self._finish(s, caches)
+        self._finish(s, caches, kept)
 
     def _fail_row(self, row: int, exc: BaseException) -> None:
         s = self.active.pop(row)
         self.lanes.remove(row)
         self._fail(s, exc)
 
-    def _finish(self, s: Stream, caches: list[KVCache] | None) -> None:
+    def _finish(self, s: Stream, caches: list[Any] | None, kept: int = 0) -> None:
         if caches is not None and s.request.conversation:
-            kept = caches[0].offset
             self.conversations.put(s.request.conversation, (s.prompt + s.output)[:kept], caches)
         now = time.perf_counter()
         stats = ReplyStats(
@@ -603,10 +627,11 @@ def weight_bytes(model: nn.Module) -> int:
     return sum(v.nbytes for _, v in tree_flatten(model.parameters()))
 
 
-def kv_bytes_per_token(model: nn.Module, n_layers: int) -> int:
-    """Bytes one position of context takes in every layer's KV cache: measured on a one-token pass
-    (mlx-lm's caches grow in steps, so the bytes are divided by the positions allocated)."""
-    caches = model.make_cache() if hasattr(model, "make_cache") else [KVCache() for _ in range(n_layers)]
+def kv_bytes_per_token(model: nn.Module, kinds: list[LayerKind]) -> int:
+    """Bytes one position of context takes in every layer's KV cache (sliding-window layers are held
+    whole: engine.cachekinds): measured on a one-token pass (mlx-lm's caches grow in steps, so the
+    bytes are divided by the positions allocated). Recurrent states do not grow with context."""
+    caches = make_caches(kinds)
     model(mx.zeros((1, 1), dtype=mx.int32), cache=caches)
     total = 0
     for c in caches:
@@ -614,3 +639,12 @@ def kv_bytes_per_token(model: nn.Module, n_layers: int) -> int:
         if keys is not None:
             total += (keys.nbytes + c.values.nbytes) // keys.shape[2]
     return max(1, total)
+
+
+def _body(model: nn.Module) -> nn.Module:
+    """The model without its output head, where mlx-lm names it (prefill needs no logits)."""
+    for name in ("model", "backbone"):
+        inner = getattr(model, name, None)
+        if isinstance(inner, nn.Module):
+            return inner
+    return model

@@ -39,7 +39,7 @@ def ask(chat_prompt, text: str, max_tokens: int) -> Request:
 
 @pytest.mark.model
 def test_a_request_that_does_not_fit_waits_then_runs_token_equal(loaded, reference, chat_prompt) -> None:
-    per_token = kv_bytes_per_token(loaded.model, loaded.n_layers)
+    per_token = kv_bytes_per_token(loaded.model, list(loaded.kinds))
     first, second = ask(chat_prompt, prompts.OPEN, 24), ask(chat_prompt, prompts.FRANCE, 12)
     one = len(first.prompt_tokens or ()) + first.max_tokens + len(second.prompt_tokens or ()) + second.max_tokens
     # A machine whose KV share holds the larger reply but not both at once.
@@ -63,7 +63,7 @@ def test_a_request_that_does_not_fit_waits_then_runs_token_equal(loaded, referen
 
 @pytest.mark.model
 def test_a_reply_that_could_never_fit_is_refused_naming_the_limit(loaded, chat_prompt) -> None:
-    per_token = kv_bytes_per_token(loaded.model, loaded.n_layers)
+    per_token = kv_bytes_per_token(loaded.model, list(loaded.kinds))
     total = int((200 * per_token / 0.75 + weight_bytes(loaded.model)) / 0.6)
     sched = Scheduler(loaded, lambda _e: None, limits=limits_for(total, weight_bytes(loaded.model), per_token))
     with pytest.raises(MemoryLimitError, match=r"needs \d+ MiB of KV memory; SmolLM2-135M-Instruct may use .* tokens"):
@@ -73,7 +73,7 @@ def test_a_reply_that_could_never_fit_is_refused_naming_the_limit(loaded, chat_p
 
 @pytest.mark.model
 def test_a_waiting_request_can_be_cancelled_before_it_starts(loaded, chat_prompt) -> None:
-    per_token = kv_bytes_per_token(loaded.model, loaded.n_layers)
+    per_token = kv_bytes_per_token(loaded.model, list(loaded.kinds))
     total = int((120 * per_token / 0.75 + weight_bytes(loaded.model)) / 0.6)
     events: list[Event] = []
     sched = Scheduler(loaded, events.append, limits=limits_for(total, weight_bytes(loaded.model), per_token))

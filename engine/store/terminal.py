@@ -12,7 +12,7 @@ from contextlib import contextmanager
 from types import FrameType
 
 from engine.errors import LanesError, NewerSchemaError, NotLanesDatabaseError
-from engine.events import Event, Tokens, Waiting
+from engine.events import Event, Notice, Tokens, Waiting
 from engine.store import paths, render
 from engine.store.db import move_aside
 from engine.store.records import ConversationSummary, Message, pack_origins
@@ -80,6 +80,8 @@ def _printer(colour: bool):  # -> Callable[[Event], None]
             sys.stdout.flush()
         elif isinstance(ev, Waiting):
             print(f"(waiting to start: {ev.reason})", file=sys.stderr)
+        elif isinstance(ev, Notice):
+            print(f"({ev.message})", file=sys.stderr)
     return show
 
 

@@ -1,0 +1,64 @@
+"""Messages to prompt tokens through the model's own chat template, with the fallbacks a chat needs.
+
+- A template that rejects a system role (Gemma 2, Mistral's early ones raise "System role not
+  supported", others "Conversation roles must alternate"): the system prompt goes at the start of
+  the first user message, and the user is told.
+- A model with no template at all (a base model): a plain one, ``System:`` / ``User:`` /
+  ``Assistant:`` lines, and the user is told its answers may read oddly.
+
+Worked example: ``[{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]``
+on a template that raises for the system role renders ``[{"role": "user", "content": "Be brief.\\n\\nHi"}]``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from jinja2.exceptions import TemplateError
+from mlx_lm.tokenizer_utils import TokenizerWrapper
+
+Message = dict[str, Any]
+
+FOLDED = "this model's chat template takes no system prompt: it was put at the start of the first message"
+PLAIN = "this model has no chat template, so Lanes wrote the conversation as plain text; answers may read oddly"
+
+
+@dataclass(frozen=True)
+class Rendered:
+    tokens: list[int]
+    notice: str | None  # what the user should know about how the conversation was written, if anything
+
+
+def fold_system(messages: Sequence[Message]) -> list[Message]:
+    """The system messages' text put at the start of the first user message (or one made for it)."""
+    system = "\n\n".join(str(m["content"]) for m in messages if m["role"] == "system" and m.get("content"))
+    rest = [dict(m) for m in messages if m["role"] != "system"]
+    if not system:
+        return rest
+    for m in rest:
+        if m["role"] == "user":
+            m["content"] = f"{system}\n\n{m['content']}"
+            return rest
+    return [{"role": "user", "content": system}, *rest]
+
+
+def plain(messages: Sequence[Message]) -> str:
+    """A conversation as plain labelled lines, ending where the assistant speaks next."""
+    names = {"system": "System", "user": "User", "assistant": "Assistant", "tool": "Tool"}
+    lines = [f"{names.get(m['role'], m['role'].title())}: {m['content']}" for m in messages]
+    return "\n\n".join([*lines, "Assistant:"])
+
+
+def render(tokenizer: TokenizerWrapper, messages: Sequence[Message]) -> Rendered:
+    """Prompt tokens for ``messages`` ending where the assistant's reply starts."""
+    if not tokenizer.has_chat_template:
+        return Rendered(list(tokenizer.encode(plain(messages))), PLAIN)
+    try:
+        return Rendered(list(tokenizer.apply_chat_template(list(messages), add_generation_prompt=True)), None)
+    except TemplateError:
+        if not any(m["role"] == "system" for m in messages):
+            raise
+    tokens = tokenizer.apply_chat_template(fold_system(messages), add_generation_prompt=True)
+    return Rendered(list(tokens), FOLDED)

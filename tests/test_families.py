@@ -1,0 +1,214 @@
+"""Every cache kind, rolled back per stream: tiny random-weight models of seven mlx-lm architectures
+(engine/synth.py), and the embedded model's real weights in mlx-lm's qwen2 module, loaded from mlx-lm folders, answer token for token as mlx-lm's own
+``stream_generate`` under adversarial drafts, with streams joining, being cancelled and failing,
+and follow-up turns reusing their caches."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+from mlx_lm import stream_generate
+from mlx_lm.models.cache import ArraysCache
+
+import engine.scheduler as scheduler_mod
+from engine import synth
+from engine.errors import ModelLoadError
+from engine.events import Event, Failed, Finished, Request
+from engine.models import LoadedModel, load_model
+from engine.scheduler import Scheduler
+from engine.stream import Stream
+from tests import prompts
+from tests.test_fidelity import adversarial_proposer, random_allocator
+
+pytestmark = pytest.mark.model
+
+# What each architecture's cached layers hold: K plain KV, W sliding-window KV, R recurrent state
+# whose mixer honours mlx-lm's mask (replayed in one batch), A recurrent replayed a stream at a time.
+LAYOUTS = {
+    "qwen3": "KK",
+    "gemma3_text": "WWK",
+    "gpt_oss": "WK",
+    "lfm2": "RKR",
+    "qwen3_next": "RKRK",
+    "nemotron_h": "AKA",
+    "mamba2": "RR",
+    "embedded-as-qwen2": "K" * 30,
+}
+MAX = 24
+
+
+def layout(model: LoadedModel) -> str:
+    return "".join(("R" if k.masked else "A") if k.recurrent else ("W" if k.window else "K") for k in model.kinds)
+
+
+@pytest.fixture(scope="module", params=list(LAYOUTS))
+def tiny(request, loaded, tmp_path_factory) -> LoadedModel:
+    return load_model(str(synth.make(request.param, tmp_path_factory.mktemp(request.param), loaded)))
+
+
+def ref(model: LoadedModel, prompt: list[int], max_tokens: int) -> list[int]:
+    return [r.token for r in stream_generate(model.model, model.tokenizer, prompt, max_tokens=max_tokens)
+            if r.finish_reason != "stop"]
+
+
+def chat(model: LoadedModel, text: str) -> list[int]:
+    return list(model.tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True))
+
+
+def test_each_family_loads_with_its_cache_kinds(tiny: LoadedModel, monkeypatch, tmp_path: Path) -> None:
+    """From its folder, and from the Hugging Face cache's layout under a repo name, offline."""
+    arch = tiny.model.args.model_type
+    assert layout(tiny) in (LAYOUTS.get(arch), LAYOUTS["embedded-as-qwen2"])
+    assert tiny.family.own_copy_rates == (arch == "lfm2")  # the seed's change: LFM2 turns it on
+    snapshot = tmp_path / f"models--lanes-test--{arch}" / "snapshots" / "0123abcd"
+    snapshot.mkdir(parents=True)
+    for f in tiny.path.iterdir():
+        (snapshot / f.name).symlink_to(f)
+    (snapshot.parent.parent / "refs").mkdir()
+    (snapshot.parent.parent / "refs" / "main").write_text("0123abcd")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_CACHE", str(tmp_path))
+    cached = load_model(f"lanes-test/{arch}")
+    assert cached.path == snapshot and cached.kinds == tiny.kinds
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_greedy_equals_mlx_lm_under_adversarial_drafts(tiny: LoadedModel, monkeypatch, seed: int) -> None:
+    """Windows of every source, right, half right and wrong, granted at random; streams join while
+    others run, one is cancelled mid-reply and one fails in its verification: every other stream
+    equals mlx-lm, and each one's caches hold exactly its accepted tokens after every round."""
+    rng = random.Random(seed)
+    texts = [prompts.COPY, prompts.FRANCE, prompts.CODE, prompts.OPEN, prompts.TYPOS]
+    rng.shuffle(texts)
+    refs: dict[str, list[int]] = {}
+    eos = next(iter(tiny.tokenizer.eos_token_ids))
+    monkeypatch.setattr(Stream, "propose", adversarial_proposer(rng, refs, len(tiny.tokenizer), eos))
+    monkeypatch.setattr(scheduler_mod, "allocate", random_allocator(rng))
+    reqs = [Request(prompt_tokens=tuple(chat(tiny, t)), max_tokens=MAX) for t in texts]
+    for r in reqs:
+        refs[r.id] = ref(tiny, list(r.prompt_tokens or ()), MAX)
+    doomed, failing = reqs[-2].id, reqs[-1].id
+    accept = Stream.accept
+
+    def accept_or_fail(self: Stream, *args, **kwargs):
+        if self.id == failing and len(self.output) >= 6:
+            raise RuntimeError("injected")
+        return accept(self, *args, **kwargs)
+
+    monkeypatch.setattr(Stream, "accept", accept_or_fail)
+    events: list[Event] = []
+    sched = Scheduler(tiny, events.append)
+    pending = list(reqs)
+    sched.submit(pending.pop(0))
+    steps = 0
+    while sched.busy or pending:
+        if pending and rng.random() < 0.4:
+            sched.submit(pending.pop(0))
+        sched.step()
+        steps += 1
+        for row, s in enumerate(sched.active):
+            assert sched.lanes.lengths[row] == len(s.prompt) + len(s.output) - 1
+            if s.id == doomed and len(s.output) >= 4:
+                sched.cancel(doomed)
+    done = {e.request_id: e for e in events if isinstance(e, Finished)}
+    failed = {e.request_id: e for e in events if isinstance(e, Failed)}
+    assert set(failed) == {failing} and "injected" in failed[failing].message
+    assert done[doomed].reason == "cancelled"
+    assert list(done[doomed].tokens) == refs[doomed][: len(done[doomed].tokens)]
+    for r in reqs[:-2]:
+        assert list(done[r.id].tokens) == refs[r.id], f"{tiny.name}: stream differs from mlx-lm"
+    tested = sum(st.tested for d in done.values() for st in d.stats.rows.values())
+    accepted = sum(st.accepted for d in done.values() for st in d.stats.rows.values())
+    assert 0 < accepted < tested  # drafts landed and drafts were rejected: rollback ran
+
+
+def test_follow_up_turns_reuse_every_kind_of_cache(tiny: LoadedModel) -> None:
+    """A conversation's second turn starts from the first turn's caches (recurrent states too) and
+    still equals mlx-lm's answer to the whole prompt."""
+    events: list[Event] = []
+    sched = Scheduler(tiny, events.append)
+    first = chat(tiny, prompts.CODE)
+    sched.submit(Request(prompt_tokens=tuple(first), max_tokens=12, conversation="c1"))
+    while sched.busy:
+        sched.step()
+    reply = next(e for e in events if isinstance(e, Finished))
+    follow = [*first, *reply.tokens, *chat(tiny, prompts.FRANCE)[1:]]
+    sched.submit(Request(prompt_tokens=tuple(follow), max_tokens=12, conversation="c1"))
+    while sched.busy:
+        sched.step()
+    second = [e for e in events if isinstance(e, Finished)][-1]
+    assert second.stats.prefill_reused == len(first) + len(reply.tokens) - 1
+    assert list(second.tokens) == ref(tiny, follow, 12)
+
+
+def test_real_weights_in_another_architecture_copy_and_stay_equal(loaded, tmp_path_factory) -> None:
+    """The embedded model's weights in mlx-lm's qwen2 module (the generic pass, not llama's): the
+    real proposer's copies land, and every token equals mlx-lm's."""
+    qwen2 = load_model(str(synth.make("embedded-as-qwen2", tmp_path_factory.mktemp("qwen2"), loaded)))
+    assert type(qwen2.model).__module__ == "mlx_lm.models.qwen2"
+    events: list[Event] = []
+    sched = Scheduler(qwen2, events.append)
+    assert sched.host_pass is None and not sched.costs.grouped  # llama's own passes do not apply
+    reqs = [Request(prompt_tokens=tuple(chat(qwen2, t)), max_tokens=48, own_copy_rates=False)
+            for t in (prompts.COPY, prompts.CODE)]
+    for r in reqs:
+        sched.submit(r)
+    while sched.busy:
+        sched.step()
+    done = {e.request_id: e for e in events if isinstance(e, Finished)}
+    for r in reqs:
+        assert list(done[r.id].tokens) == ref(qwen2, list(r.prompt_tokens or ()), 48)
+    assert sum(done[r.id].stats.rows["context"].accepted for r in reqs) > 10
+
+
+def test_a_recurrent_state_is_not_reused_past_where_the_prompts_part() -> None:
+    """A recurrent state cannot be trimmed: a turn whose prompt leaves the cached tokens early
+    prefills afresh instead of reusing a state that holds tokens it does not have."""
+    from engine.convcache import ConversationCache
+
+    cache = ConversationCache()
+    state = ArraysCache(1)
+    cache.put("c", [1, 2, 3, 4], [state])
+    assert cache.take("c", [1, 2, 9, 9, 9]) is None
+    cache.put("c", [1, 2, 3, 4], [state])
+    taken = cache.take("c", [1, 2, 3, 4, 5])
+    assert taken is not None and taken[1] == 4
+
+
+def test_an_unsupported_cache_kind_is_refused_naming_the_family(loaded, tmp_path: Path) -> None:
+    """llama4's chunked attention cache cannot be rolled back per stream: refused at load, naming it."""
+    from engine.cachekinds import layer_kinds
+
+    class Chunked:
+        args = type("Args", (), {"model_type": "llama4"})()
+        layers = [0]
+
+        def make_cache(self):
+            from mlx_lm.models.cache import ChunkedKVCache
+
+            return [ChunkedKVCache(8)]
+
+    with pytest.raises(ModelLoadError, match=r"llama4.*ChunkedKVCache"):
+        layer_kinds(Chunked(), "tiny-llama4")  # type: ignore[arg-type]
+
+
+def test_a_rope_that_takes_no_position_per_stream_is_refused_at_load(loaded, tmp_path: Path) -> None:
+    """mlx-lm's DynamicNTKScalingRoPE sizes its table from the offset: with one offset per stream it
+    raises. Lanes finds that at load, naming the rope, instead of in the first shared round."""
+    import mlx.core as mx
+    from mlx_lm.models import llama
+    from mlx_lm.utils import save_config, save_model
+
+    config = dict(model_type="llama", hidden_size=32, num_hidden_layers=1, intermediate_size=48,
+                  num_attention_heads=2, num_key_value_heads=1, rms_norm_eps=1e-5, vocab_size=synth.VOCAB,
+                  rope_scaling={"type": "dynamic", "factor": 2.0}, max_position_embeddings=4096,
+                  tie_word_embeddings=True)
+    model = llama.Model(llama.ModelArgs.from_dict(config))
+    mx.eval(model.parameters())
+    save_model(tmp_path, model)
+    save_config(config, tmp_path / "config.json")
+    loaded.tokenizer._tokenizer.save_pretrained(tmp_path)
+    with pytest.raises(ModelLoadError, match="DynamicNTKScalingRoPE"):
+        load_model(str(tmp_path))
