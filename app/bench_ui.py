@@ -33,8 +33,8 @@ from typing import Any
 from PySide6.QtCore import QEvent, QEventLoop, QObject, Qt, QTimer
 from PySide6.QtWidgets import QApplication, QWidget
 
-from engine import blas
-from engine.runtime import cpu_model, drop_mlx_streams, usable_cores
+from engine.model import openblas
+from engine.model.machine import cpu_model, drop_mlx_streams, usable_cores
 
 WORKLOAD = Path(__file__).resolve().parent.parent / "resources" / "workloads" / "mixed.jsonl"
 PROBE_MS = 10
@@ -56,7 +56,7 @@ class Prompt:
 def load_prompts(path: Path = WORKLOAD) -> list[Prompt]:
     """The workload's streams as conversations: the last user turn is sent, the turns before it are
     seeded into the store as they are, a system turn becomes the system prompt."""
-    from engine.workload import load_workload
+    from engine.bench.workloads import load_workload
 
     prompts = []
     for item in load_workload(path):
@@ -97,7 +97,7 @@ def machine() -> dict[str, Any]:
     return {
         "platform": platform.platform(), "cores": usable_cores(), "cpu_model": cpu_model(),
         "python": platform.python_version(), "pyside6": QtCore.__version__, "qt": QtCore.qVersion(),
-        "qpa": QGuiApplication.platformName(), "blas": blas.blas_backend(),
+        "qpa": QGuiApplication.platformName(), "blas": openblas.blas_backend(),
         "date": time.strftime("%Y-%m-%d"),
     }
 
@@ -120,7 +120,7 @@ def run_bench(conversations: int = 4, max_tokens: int = 256, *, data_dir: Path |
               show_origins: bool = False) -> dict[str, Any]:
     """Run the benchmark in this process (a QApplication is made if there is none) and return its
     figures. ``data_dir`` (default: a temporary folder, removed after) receives ``lanes.db``;
-    ``engine_factory`` defaults to ``engine.engine.Engine`` (loads and calibrates the model);
+    ``engine_factory`` defaults to ``engine.rounds.engine_thread.Engine`` (loads and calibrates the model);
     ``show_origins`` shows replies coloured by origin (the other rendering path)."""
     app = QApplication.instance() or QApplication(sys.argv[:1])
     assert isinstance(app, QApplication)
@@ -208,7 +208,7 @@ class _Bench:
         from app.controller import ChatController
         from app.main_window import MainWindow
         from app.preferences import Preferences
-        from engine.engine import Engine
+        from engine.rounds.engine_thread import Engine
 
         db = self.folder / "lanes.db"
         factory = self.engine_factory or Engine
@@ -255,8 +255,8 @@ class _Bench:
         return self._result(db, load_s)
 
     def _create_conversations(self) -> None:
+        from engine.service.session import title_from
         from engine.store.records import Conversation
-        from engine.store.session import title_from
         from engine.store.store import Store
 
         created: dict[int, int] = {}
@@ -394,7 +394,7 @@ def to_markdown(result: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    blas.ensure_fast_blas()  # Linux: re-executes with OpenBLAS preloaded, before MLX loads
+    openblas.ensure_fast_blas()  # Linux: re-executes with OpenBLAS preloaded, before MLX loads
     parser = argparse.ArgumentParser(prog="python -m app.bench_ui", description=__doc__.splitlines()[0])
     parser.add_argument("--conversations", type=int, default=4, help="replies at once (default 4)")
     parser.add_argument("--max-tokens", type=int, default=256, help="tokens per reply at most (default 256)")

@@ -2,10 +2,10 @@
 drafts), side by side, streaming live; then whether the tokens are equal, tok/s per repeat with the
 median, spread and ratio, draft rows by source, and the "on" run's copy rate per round.
 
-The engine side (``engine/compare.py``, run by ``ChatService.start_comparison``) makes it fair: each
+The engine side (``engine/service/compare.py``, run by ``ChatService.start_comparison``) makes it fair: each
 run is a fresh stream from the same copy history and Recall, one at a time, the order alternated
 over the repeats. Results are saved by the store; the pane lists past ones (newest first) and exports
-the shown one as the seed's Markdown A/B table (``engine.compare.ab_table``) or as JSON.
+the shown one as the seed's Markdown A/B table (``engine.service.compare.ab_table``) or as JSON.
 """
 
 from __future__ import annotations
@@ -47,11 +47,11 @@ from app.compare_parts import (
 )
 from app.controller import REPAINT_MS, ChatController
 from app.rate_chart import RateChart
-from engine.compare import CompareSpec, Run, first_difference, rate_trajectory, summarise
+from engine.drafts.copy_rates import DOUBT_PRIOR
 from engine.events import Event, Failed, Finished, RoundStats, Tokens
-from engine.rates import DOUBT_PRIOR
-from engine.spans import origin_spans
-from engine.store.comparisons import runs_of
+from engine.service.compare import CompareSpec, Run, first_difference, rate_trajectory, summarise
+from engine.service.comparisons import runs_of
+from engine.service.spans import origin_spans
 from engine.store.records import Comparison
 
 

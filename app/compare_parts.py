@@ -15,9 +15,9 @@ from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QScrollArea, QVBoxLay
 
 from app.message_view import MessageView
 from app.theme import is_dark
-from engine.compare import Run, ab_table, first_difference, summarise
-from engine.spans import origin_spans
-from engine.store.comparisons import runs_of
+from engine.service.compare import Run, ab_table, first_difference, summarise
+from engine.service.comparisons import runs_of
+from engine.service.spans import origin_spans
 from engine.store.records import Comparison
 
 SIDE_TITLES = {"off": "Own copy rates off", "on": "Own copy rates on", "plain": "Plain (no drafts)"}

@@ -17,13 +17,13 @@ from typing import Any
 
 from PySide6.QtCore import QObject, QTimer, Signal, Slot
 
-from engine.engine import Engine
 from engine.errors import ModelLoadError
 from engine.events import ModelInfo, Notice, Tokens, Waiting
-from engine.spans import origin_spans
+from engine.rounds.engine_thread import Engine
+from engine.service.chat_service import ChatService, ReplyBegun, ReplySaved, ServiceEvent
+from engine.service.session import ReplySettings
+from engine.service.spans import origin_spans
 from engine.store.records import Conversation, ConversationSummary, Message
-from engine.store.service import ChatService, ReplyBegun, ReplySaved, ServiceEvent
-from engine.store.session import ReplySettings
 from engine.store.store import Store
 
 log = logging.getLogger(__name__)
@@ -357,7 +357,7 @@ class ChatController(QObject):
 
     @Slot(object)
     def _on_compare_event(self, ev: Any) -> None:
-        from engine.store.service import ComparisonBegun, ComparisonSaved, RunDone, RunEvent
+        from engine.service.chat_service import ComparisonBegun, ComparisonSaved, RunDone, RunEvent
 
         if isinstance(ev, ComparisonBegun):
             self.comparisonBegun.emit(ev.spec)

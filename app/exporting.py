@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from engine.service.transcript_cli import RENDER, write_atomically
 from engine.store.store import Store
-from engine.store.transcript_cli import RENDER, write_atomically
 
 
 def export_to(store: Store, conversation_id: int | None, fmt: str, path: Path) -> int:

@@ -10,8 +10,8 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from engine import blas
-from engine.runtime import drop_mlx_streams
+from engine.model import openblas
+from engine.model.machine import drop_mlx_streams
 
 if TYPE_CHECKING:
     from PySide6.QtWidgets import QApplication
@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
 
 def main(argv: list[str] | None = None) -> int:
-    blas.ensure_fast_blas()  # Linux: re-executes with OpenBLAS preloaded, before MLX loads
+    openblas.ensure_fast_blas()  # Linux: re-executes with OpenBLAS preloaded, before MLX loads
     parser = argparse.ArgumentParser(prog="lanes-app", description="Lanes: the chat window")
     parser.add_argument("--data-dir", default=None, help="folder of the database (overrides Settings)")
     parser.add_argument("--model", default=None, help="model to load (overrides Settings)")

@@ -21,9 +21,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 from engine.errors import ModelLoadError
-from engine.modelspec import EMBEDDED, locate_model
+from engine.model.locate import EMBEDDED, locate_model
+from engine.service.session import ReplySettings
 from engine.store.paths import platform_folder
-from engine.store.session import ReplySettings
 
 CONFIG_ENV_VAR = "LANES_CONFIG_DIR"
 FILE_NAME = "preferences.json"
@@ -35,7 +35,7 @@ MAX_TOKENS_RANGE = (1, 8192)
 OWN_COPY_RATES = ("family", "on", "off")
 _OWN_COPY_RATES_FLAG: dict[str, bool | None] = {"family": None, "on": True, "off": False}
 
-# "owner/name" as Hugging Face spells repo ids: what engine.models looks up in the cache, not a path.
+# "owner/name" as Hugging Face spells repo ids: what engine.model.loading looks up in the cache, not a path.
 _REPO_ID = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*/[A-Za-z0-9_.-]+")
 
 ModelKind = Literal["embedded", "path", "hub"]
@@ -108,7 +108,7 @@ def looks_like_path(spec: str) -> bool:
     """Whether a model spec names a file or folder rather than a Hugging Face repo id.
 
     A .gguf name, or one with a separator or a leading ``.``/``~``, is a path; ``owner/name`` is a
-    repo id even though ``/`` is the separator, as ``engine.models`` reads it.
+    repo id even though ``/`` is the separator, as ``engine.model.loading`` reads it.
     """
     if spec.endswith(".gguf"):
         return True

@@ -1,5 +1,5 @@
 """A small line chart of copy rates: x is the round (counted from the run's start), y the source's copy
-rate (0..1) after that round's window was verified, one line per source (``engine.compare.Run.rates``
+rate (0..1) after that round's window was verified, one line per source (``engine.service.compare.Run.rates``
 of an "on" run)."""
 
 from __future__ import annotations

@@ -21,8 +21,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from engine import blas
-from engine.runtime import drop_mlx_streams
+from engine.model import openblas
+from engine.model.machine import drop_mlx_streams
 
 SIZE = (1200, 800)
 MAX_TOKENS = 200
@@ -47,7 +47,7 @@ def render_screenshots(out: Path, *, engine_factory: Callable[[str | None], Any]
                        timeout_s: float = 600.0) -> list[Path]:
     """Seed the conversations, show the last one and save the two PNGs in ``out``; returns their paths.
 
-    ``engine_factory`` defaults to ``engine.engine.Engine``; ``data_dir`` (default a temporary folder,
+    ``engine_factory`` defaults to ``engine.rounds.engine_thread.Engine``; ``data_dir`` (default a temporary folder,
     removed after) receives the database and the preferences file."""
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
     from PySide6.QtWidgets import QApplication
@@ -67,7 +67,7 @@ def _render(app: Any, out: Path, folder: Path, engine_factory: Callable[[str | N
     from app.controller import ChatController
     from app.main_window import MainWindow
     from app.preferences import Preferences
-    from engine.engine import Engine
+    from engine.rounds.engine_thread import Engine
 
     controller = ChatController(folder / "lanes.db", None, engine_factory or Engine)
     window = MainWindow(controller, Preferences(max_tokens=max_tokens), folder / "preferences.json")
@@ -143,7 +143,7 @@ def _save(window: Any, path: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    blas.ensure_fast_blas()  # Linux: re-executes with OpenBLAS preloaded, before MLX loads
+    openblas.ensure_fast_blas()  # Linux: re-executes with OpenBLAS preloaded, before MLX loads
     parser = argparse.ArgumentParser(prog="python -m app.screenshots", description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="docs/screenshots", help="folder for the PNGs (default docs/screenshots)")
     args = parser.parse_args(argv)

@@ -109,7 +109,7 @@ def check_blas() -> str:
 
     import mlx.core as mx
 
-    from engine import blas
+    from engine.model import openblas
 
     def multiply() -> None:
         # On a thread of its own: MLX streams are per thread, and a thread that already called
@@ -127,21 +127,21 @@ def check_blas() -> str:
     worker.join()
     if not seen:
         raise RuntimeError("MLX could not multiply two matrices")
-    backend = blas.blas_backend()
+    backend = openblas.blas_backend()
     device = seen[0]
-    opted_out = os.environ.get(blas.OPT_OUT, "") not in ("", "0")
+    opted_out = os.environ.get(openblas.OPT_OUT, "") not in ("", "0")
     if opted_out:
-        return f"device {device}, BLAS {backend} ({blas.OPT_OUT} is set: no OpenBLAS re-exec)"
-    if sys.platform.startswith("linux") and blas.openblas_path() is not None and backend != "openblas":
+        return f"device {device}, BLAS {backend} ({openblas.OPT_OUT} is set: no OpenBLAS re-exec)"
+    if sys.platform.startswith("linux") and openblas.openblas_path() is not None and backend != "openblas":
         raise RuntimeError(
-            f"OpenBLAS is installed ({blas.openblas_path()}) but MLX uses the {backend} BLAS: "
+            f"OpenBLAS is installed ({openblas.openblas_path()}) but MLX uses the {backend} BLAS: "
             "the LD_PRELOAD re-exec did not happen"
         )
     note = "" if backend != "reference" else " (slow: install libopenblas0-pthread)"
-    loaded = blas.loaded_openblas()
+    loaded = openblas.loaded_openblas()
     if loaded is not None:
-        note = f" ({blas.openblas_corename(loaded)} kernels)"
-        warning = blas.slow_path_warning()  # kernels older than the CPU: the re-exec did not set them
+        note = f" ({openblas.openblas_corename(loaded)} kernels)"
+        warning = openblas.slow_path_warning()  # kernels older than the CPU: the re-exec did not set them
         if warning is not None:
             raise RuntimeError(warning)
     return f"device {device}, BLAS {backend}{note}"
@@ -149,9 +149,9 @@ def check_blas() -> str:
 
 def check_model(model: str | None = None) -> str:
     """The embedded model (or ``model``) loads from the bundle and writes a few tokens."""
-    from engine.engine import Engine
     from engine.events import Finished, Request
-    from engine.modelspec import embedded_model_path
+    from engine.model.locate import embedded_model_path
+    from engine.rounds.engine_thread import Engine
 
     source = str(embedded_model_path()) if model is None else model
     t0 = time.perf_counter()

@@ -1,6 +1,6 @@
 """Colours and fonts shared by the chat widgets, chosen to read well in both light and dark mode.
 
-The origin tints mark where a reply's text came from (see ``engine.spans``): text the model wrote is
+The origin tints mark where a reply's text came from (see ``engine.service.spans``): text the model wrote is
 left alone, text copied from this conversation is teal, text recalled from another one is violet.
 Each tint keeps a WCAG contrast of at least 7:1 with black text (light) or white text (dark).
 """

@@ -12,11 +12,11 @@ import json
 import sys
 from pathlib import Path
 
-from engine import blas
+from engine.model import openblas
 
 
 def main(argv: list[str] | None = None) -> int:
-    blas.ensure_fast_blas()  # re-executes with OpenBLAS preloaded on Linux, before MLX loads
+    openblas.ensure_fast_blas()  # re-executes with OpenBLAS preloaded on Linux, before MLX loads
     parser = argparse.ArgumentParser(prog="lanes", description="Lanes: copy-speculative local chat on MLX")
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -24,10 +24,13 @@ def main(argv: list[str] | None = None) -> int:
     bench.add_argument("--workload", type=Path, required=True, help="JSONL file, one stream per line")
     bench.add_argument("--cells", default="mlx-lm,mlx-lm-batch,plain,off,on",
                        help="comma-separated cells; a Lanes cell may override family settings for itself, "
-                            "e.g. on:doubt_prior=0.6 (engine/cells.py lists them)")
+                            "e.g. on:doubt_prior=0.6 (engine/bench/cell_specs.py lists them)")
     bench.add_argument("--rounds", type=int, default=4)
+    bench.add_argument("--warmup", type=int, default=0, help="unmeasured runs of every cell first (GPU kernels compile)")
     bench.add_argument("--max-tokens", type=int, default=None, help="override each line's max_tokens")
     bench.add_argument("--model", default=None, help="model (default: the embedded SmolLM2-135M)")
+    bench.add_argument("--passes", default=None, help="the rounds' passes instead of the model's own choice: "
+                       "generic (mlx-lm's forward for every model) or llama-cpu (engine/passes/choice.py)")
     bench.add_argument("--json", type=Path, default=None, help="write full results here")
 
     soak = sub.add_parser("soak", help="many streams through the engine for a long time: errors and memory")
@@ -98,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
 
     sub.add_parser("move-aside", parents=[data], help="rename an unusable database so Lanes starts fresh")
 
-    make = sub.add_parser("make-model", help="write a model folder for tests and benchmarks (engine/synth.py)")
+    make = sub.add_parser("make-model", help="write a model folder for tests and benchmarks (engine/made_models.py)")
     make.add_argument("kind", help="embedded-as-qwen2, or an architecture for tiny random weights "
                       "(qwen3, gemma3_text, gpt_oss, lfm2, qwen3_next, nemotron_h, mamba2)")
     make.add_argument("folder", type=Path)
@@ -119,37 +122,46 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "make-model":
             return _make_model(args)
         if args.command == "soak":
-            from engine import soak
+            from engine.bench.runner import soak
 
             args.workloads = args.workloads or soak.default_workloads()
             return soak.main(args)
-        from engine.store import commands
+        from engine.service import commands
 
         return commands.run(args)
     except LanesError as exc:
         print(f"lanes: {exc}", file=sys.stderr)
         return 2
     finally:
-        from engine.runtime import drop_mlx_streams
+        from engine.model.machine import drop_mlx_streams
 
         drop_mlx_streams()
 
 
 def _bench(args: argparse.Namespace) -> int:
-    from engine.bench import markdown, run_bench
-    from engine.cells import parse_cells
+    from dataclasses import replace
+
+    from engine.bench.cell_specs import parse_cells
+    from engine.bench.runner import markdown, run_bench
+    from engine.bench.workloads import load_workload
     from engine.errors import LanesError
-    from engine.models import load_model
-    from engine.workload import load_workload
+    from engine.model.loading import load_model
+    from engine.passes.choice import by_name
 
     cells = parse_cells(args.cells)
     if args.rounds < 1:
         raise LanesError("--rounds must be at least 1")
     items = load_workload(args.workload, args.max_tokens)
     loaded = load_model(args.model)
+    if args.passes is not None:
+        try:
+            loaded = replace(loaded, passes=by_name(args.passes, loaded.model))
+        except ValueError as exc:
+            raise LanesError(f"--passes: {exc}") from None
     for w in loaded.warnings:
         print(f"warning: {w}", file=sys.stderr)
-    result = run_bench(loaded, items, cells, args.rounds, progress=lambda s: print(s, file=sys.stderr))
+    result = run_bench(loaded, items, cells, args.rounds, progress=lambda s: print(s, file=sys.stderr),
+                       warmup=args.warmup)
     result["workload"] = str(args.workload)
     print(markdown(result))
     if args.json:
@@ -159,13 +171,13 @@ def _bench(args: argparse.Namespace) -> int:
 
 
 def _make_model(args: argparse.Namespace) -> int:
-    from engine import synth
     from engine.errors import LanesError
-    from engine.models import load_model
+    from engine.model import made_models
+    from engine.model.loading import load_model
 
-    if args.kind not in synth.KINDS:
-        raise LanesError(f"unknown model kind '{args.kind}' (known: {', '.join(synth.KINDS)})")
-    folder = synth.make(args.kind, args.folder, load_model(None))
+    if args.kind not in made_models.KINDS:
+        raise LanesError(f"unknown model kind '{args.kind}' (known: {', '.join(made_models.KINDS)})")
+    folder = made_models.make(args.kind, args.folder, load_model(None))
     print(folder)
     return 0
 

@@ -157,7 +157,7 @@ class Waiting:
 @dataclass(frozen=True)
 class Notice:
     """Something the user should know about how a request runs, said once when it is submitted
-    (e.g. a chat template that takes no system prompt: engine.chattemplate)."""
+    (e.g. a chat template that takes no system prompt: engine.model.chat_template)."""
 
     request_id: str
     message: str
@@ -177,4 +177,4 @@ class ModelInfo:
     warnings: tuple[str, ...]
     own_copy_rates: bool
     copy_rate: float
-    doubt_prior: float  # prior of doubtful first rows (engine.rates)
+    doubt_prior: float  # prior of doubtful first rows (engine.drafts.copy_rates)

@@ -10,8 +10,8 @@ import pytest
 
 
 @pytest.fixture(scope="session")
-def loaded():  # -> engine.models.LoadedModel
-    from engine.models import load_model
+def loaded():  # -> engine.model.loading.LoadedModel
+    from engine.model.loading import load_model
 
     return load_model(None)
 

@@ -1,4 +1,4 @@
-"""A scripted stand-in for ``engine.engine.Engine`` for fast widget tests (the end-to-end window test
+"""A scripted stand-in for ``engine.rounds.engine_thread.Engine`` for fast widget tests (the end-to-end window test
 uses the real engine and model).
 
 Replies echo the last user message: ``"Echo: " + text``, one token per character (the id is the
@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from typing import Any
 
+from engine.drafts.copy_rates import DOUBT_PRIOR
 from engine.errors import ModelLoadError
 from engine.events import (
     Event,
@@ -31,7 +32,6 @@ from engine.events import (
     Tokens,
     Waiting,
 )
-from engine.rates import DOUBT_PRIOR
 
 INFO = ModelInfo("Fake-Echo", "fake", "cpu", 4096, (), True, 0.94, DOUBT_PRIOR)
 

@@ -17,7 +17,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from engine.store.session import ChatSession, ReplySettings
+from engine.service.session import ChatSession, ReplySettings
 from engine.store.store import Store
 from tests.fake_engine import FakeEngine
 

@@ -1,4 +1,4 @@
-"""Tests for engine.allocator: who gets draft rows this round."""
+"""Tests for engine.drafts.allocator: who gets draft rows this round."""
 
 import doctest
 from collections.abc import Callable
@@ -7,12 +7,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import engine.allocator
-import engine.costmodel
-import engine.rates
-from engine.allocator import Allocation, Offer, allocate
-from engine.costmodel import CostModel
-from engine.rates import CopyRates
+import engine.drafts.allocator
+import engine.drafts.copy_rates
+import engine.drafts.cost_model
+from engine.drafts.allocator import Allocation, Offer, allocate
+from engine.drafts.copy_rates import CopyRates
+from engine.drafts.cost_model import CostModel
 
 # Measured on the target machine: SmolLM2-135M, 2-core CPU, milliseconds.
 CPU_MS = {
@@ -29,7 +29,7 @@ def throughput(a: Allocation) -> float:
 
 
 def test_docstring_examples() -> None:
-    for module in (engine.allocator, engine.costmodel, engine.rates):
+    for module in (engine.drafts.allocator, engine.drafts.cost_model, engine.drafts.copy_rates):
         failed, _ = doctest.testmod(module)
         assert failed == 0, module.__name__
 
@@ -95,11 +95,11 @@ def test_a_resync_window_is_priced_by_its_first_row() -> None:
 
 def test_a_window_more_likely_to_break_than_land_is_not_started() -> None:
     # r=0.45 would pay on one CPU stream (1.45/69.3 > 1/64), but its first row is more likely wasted.
-    assert engine.allocator.MIN_FIRST_ROW > 0.45
+    assert engine.drafts.allocator.MIN_FIRST_ROW > 0.45
     assert allocate([Offer(0, 0.45, 16)], 1, CPU.cost, 0.0).rows == (0,)
     # A started window keeps rows below MIN_FIRST_ROW while they stay above MIN_ROW_VALUE.
     assert allocate([Offer(0, 0.8, 16)], 1, GPU.cost, 0.0).rows == (5,)
-    assert 0.8**5 >= engine.allocator.MIN_ROW_VALUE > 0.8**6
+    assert 0.8**5 >= engine.drafts.allocator.MIN_ROW_VALUE > 0.8**6
     # A probe still gets its one row.
     assert allocate([Offer(0, 0.2, 16, probe=True)], 1, CPU.cost, 0.0).rows == (1,)
 
@@ -110,7 +110,7 @@ def test_rows_below_min_value_are_never_verified_even_when_free() -> None:
     assert a.rows == (16, 0)
     # Rows of a 0.6 window stop where 0.6**j falls under MIN_ROW_VALUE (j = 3).
     assert allocate([Offer(0, 0.6, 16)], 1, GPU.cost, 0.0).rows == (2,)
-    assert 0.6**2 >= engine.allocator.MIN_ROW_VALUE > 0.6**3
+    assert 0.6**2 >= engine.drafts.allocator.MIN_ROW_VALUE > 0.6**3
 
 
 def test_flat_gpu_costs_grant_all_rows() -> None:
@@ -196,12 +196,12 @@ def greedy_order(offers: list[Offer], max_width: int) -> list[tuple[int, float, 
     for o in offers:
         r = min(1.0, max(0.0, o.rate))
         r1 = r if o.first_rate is None else min(1.0, max(0.0, o.first_rate))
-        if r1 < engine.allocator.MIN_FIRST_ROW:
+        if r1 < engine.drafts.allocator.MIN_FIRST_ROW:
             continue
         rows += [
             (-(r1 * r ** (j - 1)), o.stream, j)
             for j in range(1, min(o.max_rows, max_width - 1) + 1)
-            if r1 * r ** (j - 1) >= engine.allocator.MIN_ROW_VALUE
+            if r1 * r ** (j - 1) >= engine.drafts.allocator.MIN_ROW_VALUE
         ]
     return [(s, -neg, j) for neg, s, j in sorted(rows)]
 

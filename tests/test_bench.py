@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from engine.bench.workloads import load_workload
 from engine.errors import LanesError
-from engine.workload import load_workload
 from tests import prompts
 
 pytestmark = pytest.mark.model
@@ -50,7 +50,7 @@ def test_bench_runs_every_cell_and_reports_token_equality(tmp_path: Path) -> Non
                    for s in rnd["streams"]), rnd["streams"]
     assert "seconds" not in data["cells"]["mlx-lm-batch"]["rounds"][0]["streams"][0]
     plain = data["cells"]["plain"]["rounds"][0]
-    if "cpu" in data["machine"]["device"]:  # numpy's passes, which never run ahead (engine.hostpass)
+    if "cpu" in data["machine"]["device"]:  # numpy's passes, which never run ahead (engine.passes.numpy_pass)
         assert 0 < plain["rounds_host"] < plain["engine_rounds"] and plain["rounds_ahead"] == 0
     else:  # no drafts: nearly every round runs ahead
         assert 0 < plain["rounds_ahead"] < plain["engine_rounds"] and plain["rounds_host"] == 0

@@ -10,7 +10,7 @@ from PySide6.QtGui import QImage
 
 from app.bench_ui import load_prompts, percentile, run_bench, stall_summary, to_markdown
 from app.screenshots import FILES, SIZE, render_screenshots
-from engine.engine import Engine
+from engine.rounds.engine_thread import Engine
 from engine.store.store import Store
 
 pytestmark = pytest.mark.model

@@ -1,4 +1,4 @@
-"""engine.blas: which BLAS MLX uses on Linux, and the OpenBLAS re-exec.
+"""engine.model.openblas: which BLAS MLX uses on Linux, and the OpenBLAS re-exec.
 
 LD_PRELOAD only takes effect when a process starts, so every check runs in a fresh
 ``sys.executable`` subprocess with an environment this test controls.
@@ -15,42 +15,42 @@ from pathlib import Path
 
 import pytest
 
-from engine import blas
+from engine.model import openblas
 
 REPO = Path(__file__).resolve().parents[1]
 
 linux_with_openblas = pytest.mark.skipif(
-    not sys.platform.startswith("linux") or blas.openblas_path() is None,
+    not sys.platform.startswith("linux") or openblas.openblas_path() is None,
     reason="needs Linux with Debian/Ubuntu OpenBLAS (apt-get install libopenblas0-pthread)",
 )
 
-# Imports MLX, does a small matrix product and reports what engine.blas sees.
+# Imports MLX, does a small matrix product and reports what engine.model.openblas sees.
 PROBE = textwrap.dedent(
     """
     import json, os, sys
     import mlx.core as mx
-    from engine import blas
-    real_corename = getattr(blas, "real_corename", blas.openblas_corename)
+    from engine.model import openblas
+    real_corename = getattr(openblas, "real_corename", openblas.openblas_corename)
     a = mx.random.normal((64, 64))
     mx.eval(a @ a)
     print(json.dumps({
-        "backend": blas.blas_backend(),
-        "warning": blas.slow_path_warning(),
+        "backend": openblas.blas_backend(),
+        "warning": openblas.slow_path_warning(),
         "argv": sys.argv[1:],
-        "guard": os.environ.get(blas.REEXEC_GUARD),
+        "guard": os.environ.get(openblas.REEXEC_GUARD),
         "preload": os.environ.get("LD_PRELOAD", ""),
-        "coretype": os.environ.get(blas.CORETYPE),
-        "core": real_corename(blas.loaded_openblas()) if blas.loaded_openblas() else None,
+        "coretype": os.environ.get(openblas.CORETYPE),
+        "core": real_corename(openblas.loaded_openblas()) if openblas.loaded_openblas() else None,
     }))
     """
 )
 
 # Same probe, but asks for the fast BLAS first, as engine.cli does.
-REEXEC_PROBE = "from engine import blas\nblas.ensure_fast_blas()\n" + PROBE
+REEXEC_PROBE = "from engine.model import openblas\nopenblas.ensure_fast_blas()\n" + PROBE
 
 
 def _env(preload: str | None) -> dict[str, str]:
-    dropped = ("LD_PRELOAD", blas.REEXEC_GUARD, blas.OPT_OUT, blas.CORETYPE)
+    dropped = ("LD_PRELOAD", openblas.REEXEC_GUARD, openblas.OPT_OUT, openblas.CORETYPE)
     env = {k: v for k, v in os.environ.items() if k not in dropped}
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)
     if preload is not None:
@@ -59,8 +59,8 @@ def _env(preload: str | None) -> dict[str, str]:
 
 
 def _fast_env() -> dict[str, str]:
-    """What ``python -m engine.blas`` says to add (the Makefile's way): OpenBLAS and its kernels."""
-    proc = subprocess.run([sys.executable, "-m", "engine.blas"], check=True, env=_env(None), cwd=REPO,
+    """What ``python -m engine.model.openblas`` says to add (the Makefile's way): OpenBLAS and its kernels."""
+    proc = subprocess.run([sys.executable, "-m", "engine.model.openblas"], check=True, env=_env(None), cwd=REPO,
                           capture_output=True, text=True, timeout=60)
     return {**_env(None), **dict(w.split("=", 1) for w in proc.stdout.split())}
 
@@ -81,7 +81,7 @@ def test_reference_blas_without_preload() -> None:
 
 @linux_with_openblas
 def test_openblas_with_preload() -> None:
-    out = _run(["-c", PROBE], _env(blas.openblas_path()))
+    out = _run(["-c", PROBE], _env(openblas.openblas_path()))
     assert out["backend"] == "openblas"
 
 
@@ -92,7 +92,7 @@ def test_slow_path_warning_only_on_reference() -> None:
     assert slow["warning"] is not None
     assert "30x" in slow["warning"]
     assert "make run" in slow["warning"]
-    assert blas.openblas_path() in slow["warning"]  # installed here, so it says what to preload
+    assert openblas.openblas_path() in slow["warning"]  # installed here, so it says what to preload
     assert fast["warning"] is None
 
 
@@ -104,7 +104,7 @@ def test_ensure_fast_blas_reexecs_a_script(tmp_path: Path) -> None:
     assert out["backend"] == "openblas"
     assert out["argv"] == ["chat", "--flag"]
     assert out["guard"] == "1"
-    assert out["preload"].split()[0] == blas.openblas_path()
+    assert out["preload"].split()[0] == openblas.openblas_path()
 
 
 @linux_with_openblas
@@ -128,13 +128,13 @@ def test_ensure_fast_blas_keeps_other_preloads(tmp_path: Path) -> None:
         pytest.skip("no libm at the Debian x86_64 path to preload")
     out = _run(["-c", REEXEC_PROBE], _env(other))
     assert out["backend"] == "openblas"
-    assert out["preload"].split() == [blas.openblas_path(), other]
+    assert out["preload"].split() == [openblas.openblas_path(), other]
 
 
 @linux_with_openblas
 def test_guard_stops_a_second_reexec() -> None:
     env = _env(None)
-    env[blas.REEXEC_GUARD] = "1"
+    env[openblas.REEXEC_GUARD] = "1"
     out = _run(["-c", REEXEC_PROBE], env)
     # The guard says "already re-executed": no exec happens, so the slow path stays.
     assert out["backend"] == "reference"
@@ -144,34 +144,34 @@ def test_guard_stops_a_second_reexec() -> None:
 @linux_with_openblas
 def test_opt_out() -> None:
     env = _env(None)
-    env[blas.OPT_OUT] = "1"
+    env[openblas.OPT_OUT] = "1"
     out = _run(["-c", REEXEC_PROBE], env)
     assert out["backend"] == "reference"
 
 
 def test_no_reexec_inside_pytest(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("LD_PRELOAD", raising=False)
-    monkeypatch.delenv(blas.REEXEC_GUARD, raising=False)
-    monkeypatch.delenv(blas.OPT_OUT, raising=False)
+    monkeypatch.delenv(openblas.REEXEC_GUARD, raising=False)
+    monkeypatch.delenv(openblas.OPT_OUT, raising=False)
 
     def fail(*args: object) -> None:
         raise AssertionError("ensure_fast_blas must not re-exec a pytest run")
 
     monkeypatch.setattr(os, "execve", fail)
-    blas.ensure_fast_blas()
+    openblas.ensure_fast_blas()
 
 
 def test_nothing_to_do_on_macos(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(sys, "platform", "darwin")
     monkeypatch.setattr(os, "execve", lambda *a: pytest.fail("no exec on macOS"))
-    assert blas.openblas_path() is None
-    assert blas.blas_backend() == "accelerate"
-    assert blas.slow_path_warning() is None
-    blas.ensure_fast_blas()
+    assert openblas.openblas_path() is None
+    assert openblas.blas_backend() == "accelerate"
+    assert openblas.slow_path_warning() is None
+    openblas.ensure_fast_blas()
 
 
 def test_blas_module_does_not_import_mlx() -> None:
-    code = "import sys; import engine.blas; print('mlx' in sys.modules)"
+    code = "import sys; import engine.model.openblas; print('mlx' in sys.modules)"
     proc = subprocess.run(
         [sys.executable, "-c", code],
         check=False,
@@ -187,7 +187,7 @@ def test_blas_module_does_not_import_mlx() -> None:
 AVX512 = frozenset({"avx2", "fma", "avx512f", "avx512cd", "avx512bw", "avx512dq", "avx512vl"})
 LIB = "/usr/lib/x86_64-linux-gnu/openblas-pthread/libblas.so.3"
 has_avx2 = pytest.mark.skipif(
-    not {"avx2", "fma"} <= blas.cpu_flags(), reason="needs an x86-64 CPU with AVX2 and FMA"
+    not {"avx2", "fma"} <= openblas.cpu_flags(), reason="needs an x86-64 CPU with AVX2 and FMA"
 )
 
 
@@ -206,27 +206,27 @@ has_avx2 = pytest.mark.skipif(
     ],
 )
 def test_coretype_override(core: str | None, flags: set[str], want: str | None) -> None:
-    assert blas.coretype_override(core, frozenset(flags)) == want
+    assert openblas.coretype_override(core, frozenset(flags)) == want
 
 
 def test_fast_blas_env(monkeypatch: pytest.MonkeyPatch) -> None:
     cores: dict[str, str] = {}
     monkeypatch.setattr(sys, "platform", "linux")
-    monkeypatch.setattr(blas, "openblas_path", lambda: LIB)
-    monkeypatch.setattr(blas, "_x86_64", lambda: True)
-    monkeypatch.setattr(blas, "cpu_flags", lambda: AVX512)
-    monkeypatch.setattr(blas, "openblas_corename", lambda lib: cores.get(lib, "Prescott"))
-    core = blas.CORETYPE
-    assert blas.fast_blas_env({}) == {"LD_PRELOAD": LIB, core: "SkylakeX"}
-    assert blas.fast_blas_env({"LD_PRELOAD": "/lib/libm.so.6"}) == {"LD_PRELOAD": f"{LIB} /lib/libm.so.6",
+    monkeypatch.setattr(openblas, "openblas_path", lambda: LIB)
+    monkeypatch.setattr(openblas, "_x86_64", lambda: True)
+    monkeypatch.setattr(openblas, "cpu_flags", lambda: AVX512)
+    monkeypatch.setattr(openblas, "openblas_corename", lambda lib: cores.get(lib, "Prescott"))
+    core = openblas.CORETYPE
+    assert openblas.fast_blas_env({}) == {"LD_PRELOAD": LIB, core: "SkylakeX"}
+    assert openblas.fast_blas_env({"LD_PRELOAD": "/lib/libm.so.6"}) == {"LD_PRELOAD": f"{LIB} /lib/libm.so.6",
                                                                    core: "SkylakeX"}
-    assert blas.fast_blas_env({"LD_PRELOAD": LIB}) == {core: "SkylakeX"}  # preloaded (make): only the kernels
-    assert blas.fast_blas_env({"LD_PRELOAD": LIB, core: "Haswell"}) == {}  # a choice already made stands
+    assert openblas.fast_blas_env({"LD_PRELOAD": LIB}) == {core: "SkylakeX"}  # preloaded (make): only the kernels
+    assert openblas.fast_blas_env({"LD_PRELOAD": LIB, core: "Haswell"}) == {}  # a choice already made stands
     cores[LIB] = "Zen"
-    assert blas.fast_blas_env({}) == {"LD_PRELOAD": LIB}
-    assert blas.fast_blas_env({"LD_PRELOAD": LIB}) == {}
-    monkeypatch.setattr(blas, "openblas_path", lambda: None)
-    assert blas.fast_blas_env({}) == {}
+    assert openblas.fast_blas_env({}) == {"LD_PRELOAD": LIB}
+    assert openblas.fast_blas_env({"LD_PRELOAD": LIB}) == {}
+    monkeypatch.setattr(openblas, "openblas_path", lambda: None)
+    assert openblas.fast_blas_env({}) == {}
 
 
 @linux_with_openblas
@@ -236,11 +236,11 @@ def test_reexec_gives_openblas_the_kernels_the_cpu_allows(tmp_path: Path) -> Non
     # patched, so the kernels it reports are the ones OpenBLAS really loaded.
     script = tmp_path / "probe.py"
     script.write_text(
-        "from engine import blas\n"
-        "blas.real_corename = blas.openblas_corename\n"
-        "blas.openblas_corename = lambda lib: 'Prescott'\n"
-        "blas.cpu_flags = lambda: frozenset({'avx2', 'fma'})\n"
-        "blas.ensure_fast_blas()\n" + PROBE
+        "from engine.model import openblas\n"
+        "openblas.real_corename = openblas.openblas_corename\n"
+        "openblas.openblas_corename = lambda lib: 'Prescott'\n"
+        "openblas.cpu_flags = lambda: frozenset({'avx2', 'fma'})\n"
+        "openblas.ensure_fast_blas()\n" + PROBE
     )
     out = _run([str(script)], _env(None), cwd=tmp_path)
     assert out["guard"] == "1"
@@ -251,15 +251,15 @@ def test_reexec_gives_openblas_the_kernels_the_cpu_allows(tmp_path: Path) -> Non
 @linux_with_openblas
 @has_avx2
 def test_warning_when_openblas_runs_older_kernels_than_the_cpu() -> None:
-    env = _env(blas.openblas_path())
-    env[blas.CORETYPE] = "Prescott"  # OpenBLAS reads it at load; the probe then forgets it was asked for
-    out = _run(["-c", f"import os\nos.environ.pop({blas.CORETYPE!r})\n" + PROBE], env)
+    env = _env(openblas.openblas_path())
+    env[openblas.CORETYPE] = "Prescott"  # OpenBLAS reads it at load; the probe then forgets it was asked for
+    out = _run(["-c", f"import os\nos.environ.pop({openblas.CORETYPE!r})\n" + PROBE], env)
     assert out["core"] == "Prescott"
-    better = blas.coretype_override("Prescott", blas.cpu_flags())
+    better = openblas.coretype_override("Prescott", openblas.cpu_flags())
     assert out["warning"] is not None
     assert "Prescott" in out["warning"]
-    assert f"{blas.CORETYPE}={better}" in out["warning"]
-    env[blas.CORETYPE] = better
+    assert f"{openblas.CORETYPE}={better}" in out["warning"]
+    env[openblas.CORETYPE] = better
     fine = _run(["-c", PROBE], env)
     assert fine["core"] == better
     assert fine["warning"] is None
@@ -267,10 +267,10 @@ def test_warning_when_openblas_runs_older_kernels_than_the_cpu() -> None:
 
 @linux_with_openblas
 def test_make_prints_the_preload_and_kernels() -> None:
-    # The Makefile runs pytest and benchmarks under `env $(python -m engine.blas) ...`.
+    # The Makefile runs pytest and benchmarks under `env $(python -m engine.model.openblas) ...`.
     env = _fast_env()
-    assert env["LD_PRELOAD"] == blas.openblas_path()
+    assert env["LD_PRELOAD"] == openblas.openblas_path()
     out = _run(["-c", PROBE], env)
     assert out["backend"] == "openblas"
-    assert blas.coretype_override(out["core"], blas.cpu_flags()) is None  # the kernels fit this CPU
+    assert openblas.coretype_override(out["core"], openblas.cpu_flags()) is None  # the kernels fit this CPU
     assert out["warning"] is None

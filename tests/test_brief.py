@@ -1,4 +1,4 @@
-"""Brief matches (engine.stream, family.brief_match): copies found by fewer tokens than min_match,
+"""Brief matches (engine.rounds.stream, family.brief_match): copies found by fewer tokens than min_match,
 offered only when nothing longer is, priced from a doubtful history of their own."""
 
 from __future__ import annotations
@@ -7,10 +7,10 @@ from dataclasses import replace
 
 import pytest
 
-from engine.copyindex import Window
+from engine.drafts.copy_index import Window
 from engine.events import Request, RoundStats
-from engine.families import DEFAULT
-from engine.stream import Stream
+from engine.model.families import DEFAULT
+from engine.rounds.stream import Stream
 from tests.test_edits import BAR, COMMA, DASH, NL, SBAR, Tokenizer, run_scripted
 
 ON = replace(DEFAULT, own_copy_rates=True)  # brief matches are priced by their own history: flag on
@@ -98,9 +98,9 @@ def test_a_brief_window_that_breaks_at_once_keeps_a_landed_copys_anchor() -> Non
 
 @pytest.mark.model
 def test_brief_matches_on_the_real_model_keep_its_tokens(loaded, reference, chat_prompt, monkeypatch) -> None:
-    from engine.costmodel import CostModel
+    from engine.drafts.cost_model import CostModel
     from engine.events import Event, Finished
-    from engine.scheduler import Scheduler
+    from engine.rounds.scheduler import Scheduler
     from tests import prompts
     from tests.test_seed_check import CPU_MS
 

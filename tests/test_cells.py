@@ -1,12 +1,12 @@
-"""Tests for engine.cells: benchmark cells and the family settings a cell overrides (literal data)."""
+"""Tests for engine.bench.cell_specs: benchmark cells and the family settings a cell overrides (literal data)."""
 
 from types import MappingProxyType
 
 import pytest
 
-from engine.cells import Cell, parse_cell, parse_cells
+from engine.bench.cell_specs import Cell, parse_cell, parse_cells
 from engine.errors import LanesError
-from engine.families import Family
+from engine.model.families import Family
 
 
 def test_worked_example_from_docstring() -> None:

@@ -8,9 +8,9 @@ import pytest
 from mlx_lm.tokenizer_utils import TokenizerWrapper
 from transformers import PreTrainedTokenizerFast
 
-from engine.chattemplate import FOLDED, PLAIN, fold_system, plain
 from engine.events import Event, Finished, Notice, Request
-from engine.scheduler import Scheduler
+from engine.model.chat_template import FOLDED, PLAIN, fold_system, plain
+from engine.rounds.scheduler import Scheduler
 
 NO_SYSTEM = (
     "{% for m in messages %}{% if m['role'] == 'system' %}{{ raise_exception('System role not supported') }}"

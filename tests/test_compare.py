@@ -9,7 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from engine.compare import (
+from engine.drafts.copy_rates import CopyRates
+from engine.events import RoundStats
+from engine.service.compare import (
     CompareSpec,
     Run,
     ab_table,
@@ -18,8 +20,6 @@ from engine.compare import (
     run_comparison,
     summarise,
 )
-from engine.events import RoundStats
-from engine.rates import CopyRates
 from engine.store.store import Store
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -91,7 +91,7 @@ def test_the_rate_trajectory_replays_copy_rates() -> None:
 
 @pytest.mark.model
 def test_every_side_equals_mlx_lm_and_the_on_rates_match_its_history(loaded, chat_prompt, reference) -> None:
-    from engine.engine import Engine
+    from engine.rounds.engine_thread import Engine
 
     spec = CompareSpec(({"role": "user", "content": COPY},), max_tokens=48, repeats=2)
     with Engine(loader=lambda _s: loaded, calibrate=False) as engine:

@@ -1,8 +1,8 @@
-"""Tests for engine.contextcost: what a key of context adds to a forward pass."""
+"""Tests for engine.drafts.context_cost: what a key of context adds to a forward pass."""
 
 import pytest
 
-from engine.contextcost import NO_CONTEXT_COST, ContextCost, ContextSample, fit
+from engine.drafts.context_cost import NO_CONTEXT_COST, ContextCost, ContextSample, fit
 
 # The docstring's table: (B, W, ms at 64 keys, ms at 2000 keys), timed ad hoc on the 2-core CPU.
 MEASURED_MS = [(1, 1, 153, 216), (1, 16, 227, 563), (4, 1, 215, 431), (4, 8, 264, 1067)]

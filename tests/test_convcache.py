@@ -5,7 +5,7 @@ from __future__ import annotations
 import mlx.core as mx
 from mlx_lm.models.cache import KVCache
 
-from engine.convcache import ConversationCache, common_prefix
+from engine.model.turn_cache import ConversationCache, common_prefix
 
 
 def caches(n_tokens: int, layers: int = 2) -> list[KVCache]:

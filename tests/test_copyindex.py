@@ -1,4 +1,4 @@
-"""Tests for engine.copyindex: literal cases plus property tests against brute-force references."""
+"""Tests for engine.drafts.copy_index: literal cases plus property tests against brute-force references."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine.copyindex import MAX_CANDIDATES, ContextIndex, RecallIndex, Window
-from engine.edits import Applied
+from engine.drafts.copy_index import MAX_CANDIDATES, ContextIndex, RecallIndex, Window
+from engine.drafts.edits import Applied
 
 
 def _ctx(tokens: list[int], min_match: int, max_match: int = 32) -> ContextIndex:

@@ -1,4 +1,4 @@
-"""Tests for engine.costmodel: seconds per padded forward pass."""
+"""Tests for engine.drafts.cost_model: seconds per padded forward pass."""
 
 import math
 
@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine.costmodel import CALIBRATION_SHAPES, DEFAULT_CURVE, MIN_SECONDS, CostModel
+from engine.drafts.cost_model import CALIBRATION_SHAPES, DEFAULT_CURVE, MIN_SECONDS, CostModel
 
 # Measured on the target machine: SmolLM2-135M, 2-core CPU, milliseconds.
 CPU_MS = {

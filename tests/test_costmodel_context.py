@@ -1,14 +1,14 @@
-"""The cost model with contexts priced (engine.contextcost inside engine.costmodel)."""
+"""The cost model with contexts priced (engine.drafts.context_cost inside engine.drafts.cost_model)."""
 
 from functools import partial
 
 import pytest
 
-from engine.allocator import Offer, allocate
-from engine.contextcost import ContextCost
-from engine.costmodel import CostModel
+from engine.drafts.allocator import Offer, allocate
+from engine.drafts.context_cost import ContextCost
+from engine.drafts.cost_model import CostModel
 
-# Base costs (no context), 2-core CPU, seconds; and the per-key terms fitted in engine.contextcost.
+# Base costs (no context), 2-core CPU, seconds; and the per-key terms fitted in engine.drafts.context_cost.
 BASE = {(1, 1): 0.064, (1, 8): 0.098, (4, 1): 0.101, (4, 4): 0.145, (4, 8): 0.218, (4, 16): 0.339}
 PER_KEY = ContextCost(per_stream=2.19e-5, per_row=9.62e-6)
 

@@ -9,8 +9,8 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
 from engine.events import Request
-from engine.families import DEFAULT
-from engine.stream import Stream
+from engine.model.families import DEFAULT
+from engine.rounds.stream import Stream
 
 
 def sentencepiece_like() -> TokenizerWrapper:

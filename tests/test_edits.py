@@ -1,17 +1,18 @@
-"""Learned copy edits (engine/edits.py) on literal tokens, and a stream that replays them."""
+"""Learned copy edits (engine/drafts/edits.py) on literal tokens, and a stream that replays them."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 
 import pytest
+from mlx_lm.tokenizer_utils import StreamingDetokenizer
 
-from engine.allocator import MIN_FIRST_ROW
-from engine.copyindex import Window
-from engine.edits import MAX_EDIT_TOKENS, MAX_EDITS, Applied, EditBook, edit_between
+from engine.drafts.allocator import MIN_FIRST_ROW
+from engine.drafts.copy_index import Window
+from engine.drafts.edits import MAX_EDIT_TOKENS, MAX_EDITS, Applied, EditBook, edit_between
 from engine.events import Request
-from engine.families import DEFAULT
-from engine.stream import Stream
+from engine.model.families import DEFAULT
+from engine.rounds.stream import Stream
 
 DASH, COMMA, NL, BAR, SBAR = 1, 2, 3, 4, 5  # "-", ",", "\n", "|", " |"
 
@@ -121,6 +122,31 @@ class Tokenizer:
     def decode(self, tokens: list[int]) -> str:
         return " ".join(map(str, tokens))
 
+    @property
+    def detokenizer(self) -> StreamingDetokenizer:
+        return Detokenizer(self)
+
+
+class Detokenizer(StreamingDetokenizer):
+    """The whole reply decoded again each time: fine for the short scripted replies here."""
+
+    def __init__(self, tokenizer: Tokenizer) -> None:
+        self.tokenizer = tokenizer
+        self.reset()
+
+    def reset(self) -> None:
+        self.offset, self.tokens = 0, []
+
+    def add_token(self, token: int) -> None:
+        self.tokens.append(token)
+
+    def finalize(self) -> None:
+        pass
+
+    @property
+    def text(self) -> str:
+        return self.tokenizer.decode(self.tokens)
+
 
 def list_and_table(rows: int) -> tuple[list[int], list[int]]:
     """A list of ``rows`` rows ("- name, role, city, started month year") and the table the model
@@ -197,9 +223,9 @@ def test_a_copy_that_stops_inside_an_edit_resumes_from_its_old_text(accepted: in
 
 @pytest.mark.model
 def test_edits_on_the_real_model_keep_its_tokens_and_save_rounds(loaded, reference, chat_prompt, monkeypatch) -> None:
-    from engine.costmodel import CostModel
+    from engine.drafts.cost_model import CostModel
     from engine.events import Event, Finished
-    from engine.scheduler import Scheduler
+    from engine.rounds.scheduler import Scheduler
     from tests import prompts
     from tests.test_seed_check import CPU_MS
 

@@ -6,10 +6,10 @@ import asyncio
 
 import pytest
 
-from engine.engine import Engine
 from engine.errors import PromptTooLongError
 from engine.events import Failed, Finished, Request, RoundStats, Tokens
-from engine.stream import Stream
+from engine.rounds.engine_thread import Engine
+from engine.rounds.stream import Stream
 from tests import prompts
 
 pytestmark = pytest.mark.model
@@ -119,7 +119,7 @@ def test_follow_up_turn_reuses_kv_cache_and_matches(engine, loaded, reference) -
 def test_copy_history_round_trips(engine) -> None:
     done = engine.submit(ask(prompts.COPY, max_tokens=40, own_copy_rates=True)).wait()
     assert isinstance(done, Finished)
-    hist = done.copy_history  # which keys depends on the windows the reply found (engine.rates)
+    hist = done.copy_history  # which keys depends on the windows the reply found (engine.drafts.copy_rates)
     assert hist and sum(h["tested"] for h in hist.values()) > 0
     again = engine.submit(ask(prompts.COPY, max_tokens=5, own_copy_rates=True, copy_history=hist)).wait()
     assert isinstance(again, Finished)

@@ -1,5 +1,5 @@
 """Every cache kind, rolled back per stream: tiny random-weight models of seven mlx-lm architectures
-(engine/synth.py), and the embedded model's real weights in mlx-lm's qwen2 module, loaded from mlx-lm folders, answer token for token as mlx-lm's own
+(engine/made_models.py), and the embedded model's real weights in mlx-lm's qwen2 module, loaded from mlx-lm folders, answer token for token as mlx-lm's own
 ``stream_generate`` under adversarial drafts, with streams joining, being cancelled and failing,
 and follow-up turns reusing their caches."""
 
@@ -12,13 +12,13 @@ import pytest
 from mlx_lm import stream_generate
 from mlx_lm.models.cache import ArraysCache
 
-import engine.scheduler as scheduler_mod
-from engine import synth
+import engine.rounds.scheduler as scheduler_mod
 from engine.errors import ModelLoadError
 from engine.events import Event, Failed, Finished, Request
-from engine.models import LoadedModel, load_model
-from engine.scheduler import Scheduler
-from engine.stream import Stream
+from engine.model import made_models
+from engine.model.loading import LoadedModel, load_model
+from engine.rounds.scheduler import Scheduler
+from engine.rounds.stream import Stream
 from tests import prompts
 from tests.test_fidelity import adversarial_proposer, random_allocator
 
@@ -45,7 +45,7 @@ def layout(model: LoadedModel) -> str:
 
 @pytest.fixture(scope="module", params=list(LAYOUTS))
 def tiny(request, loaded, tmp_path_factory) -> LoadedModel:
-    return load_model(str(synth.make(request.param, tmp_path_factory.mktemp(request.param), loaded)))
+    return load_model(str(made_models.make(request.param, tmp_path_factory.mktemp(request.param), loaded)))
 
 
 def ref(model: LoadedModel, prompt: list[int], max_tokens: int) -> list[int]:
@@ -146,11 +146,11 @@ def test_follow_up_turns_reuse_every_kind_of_cache(tiny: LoadedModel) -> None:
 def test_real_weights_in_another_architecture_copy_and_stay_equal(loaded, tmp_path_factory) -> None:
     """The embedded model's weights in mlx-lm's qwen2 module (the generic pass, not llama's): the
     real proposer's copies land, and every token equals mlx-lm's."""
-    qwen2 = load_model(str(synth.make("embedded-as-qwen2", tmp_path_factory.mktemp("qwen2"), loaded)))
+    qwen2 = load_model(str(made_models.make("embedded-as-qwen2", tmp_path_factory.mktemp("qwen2"), loaded)))
     assert type(qwen2.model).__module__ == "mlx_lm.models.qwen2"
     events: list[Event] = []
     sched = Scheduler(qwen2, events.append)
-    assert sched.host_pass is None and not sched.costs.grouped  # llama's own passes do not apply
+    assert qwen2.passes.name == "generic"  # llama's own passes do not apply
     reqs = [Request(prompt_tokens=tuple(chat(qwen2, t)), max_tokens=48, own_copy_rates=False)
             for t in (prompts.COPY, prompts.CODE)]
     for r in reqs:
@@ -166,7 +166,7 @@ def test_real_weights_in_another_architecture_copy_and_stay_equal(loaded, tmp_pa
 def test_a_recurrent_state_is_not_reused_past_where_the_prompts_part() -> None:
     """A recurrent state cannot be trimmed: a turn whose prompt leaves the cached tokens early
     prefills afresh instead of reusing a state that holds tokens it does not have."""
-    from engine.convcache import ConversationCache
+    from engine.model.turn_cache import ConversationCache
 
     cache = ConversationCache()
     state = ArraysCache(1)
@@ -179,7 +179,7 @@ def test_a_recurrent_state_is_not_reused_past_where_the_prompts_part() -> None:
 
 def test_an_unsupported_cache_kind_is_refused_naming_the_family(loaded, tmp_path: Path) -> None:
     """llama4's chunked attention cache cannot be rolled back per stream: refused at load, naming it."""
-    from engine.cachekinds import layer_kinds
+    from engine.model.cache_kinds import layer_kinds
 
     class Chunked:
         args = type("Args", (), {"model_type": "llama4"})()
@@ -202,7 +202,7 @@ def test_a_rope_that_takes_no_position_per_stream_is_refused_at_load(loaded, tmp
     from mlx_lm.utils import save_config, save_model
 
     config = dict(model_type="llama", hidden_size=32, num_hidden_layers=1, intermediate_size=48,
-                  num_attention_heads=2, num_key_value_heads=1, rms_norm_eps=1e-5, vocab_size=synth.VOCAB,
+                  num_attention_heads=2, num_key_value_heads=1, rms_norm_eps=1e-5, vocab_size=made_models.VOCAB,
                   rope_scaling={"type": "dynamic", "factor": 2.0}, max_position_embeddings=4096,
                   tie_word_embeddings=True)
     model = llama.Model(llama.ModelArgs.from_dict(config))

@@ -4,17 +4,19 @@ whatever drafts are proposed and however many rows are granted."""
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 import pytest
 
-import engine.scheduler as scheduler_mod
-from engine.allocator import MIN_ROW_VALUE, Allocation
-from engine.contextcost import NO_CONTEXT_COST, ContextCost
-from engine.copyindex import Window
-from engine.costmodel import CostModel
+import engine.rounds.scheduler as scheduler_mod
+from engine.drafts.allocator import MIN_ROW_VALUE, Allocation
+from engine.drafts.context_cost import NO_CONTEXT_COST, ContextCost
+from engine.drafts.copy_index import Window
+from engine.drafts.cost_model import CostModel
 from engine.events import Event, Finished, Request
-from engine.scheduler import Scheduler
-from engine.stream import Stream
+from engine.passes.choice import GENERIC
+from engine.rounds.scheduler import Scheduler
+from engine.rounds.stream import Stream
 from tests import prompts
 
 pytestmark = pytest.mark.model
@@ -62,9 +64,9 @@ def random_allocator(rng: random.Random):
 @pytest.mark.parametrize("mode", ["host", "grouped", "padded"])
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_greedy_equals_mlx_lm_under_adversarial_drafts(loaded, reference, chat_prompt, monkeypatch, seed, mode) -> None:
-    """Host: rounds without a prompt chunk run on numpy (engine.hostpass), the CPU's default.
-    Grouped: every round where some streams draft and others do not runs as a grouped pass.
-    Padded: every round is padded to its widest stream (with run-ahead, as on a GPU)."""
+    """Host: rounds without a prompt chunk run on numpy (engine.passes.numpy_pass), the CPU's default.
+    Grouped: every round of several rows runs as a grouped pass (a llama numpy's pass does not know).
+    Padded: the generic pass, every round padded to its widest stream (with run-ahead, as on a GPU)."""
     grouped = mode == "grouped"
     rng = random.Random(seed)
     monkeypatch.setattr(CostModel, "groups_pay", lambda self, b, w, k, keys=0: grouped and k is not None and 0 < k < b and w > 1)
@@ -75,12 +77,10 @@ def test_greedy_equals_mlx_lm_under_adversarial_drafts(loaded, reference, chat_p
     monkeypatch.setattr(Stream, "propose", adversarial_proposer(rng, refs_by_id, len(loaded.tokenizer), eos))
     monkeypatch.setattr(scheduler_mod, "allocate", random_allocator(rng))
 
+    assert loaded.passes.numpy_pass is not None  # the CPU's default
+    passes = {"host": loaded.passes, "grouped": replace(loaded.passes, numpy_pass=None), "padded": GENERIC}[mode]
     events: list[Event] = []
-    sched = Scheduler(loaded, events.append)
-    assert sched.host_pass is not None  # the CPU's default
-    if mode != "host":
-        sched.host_pass = None
-    sched.host_exp = grouped  # with it, every round of several rows runs grouped
+    sched = Scheduler(replace(loaded, passes=passes), events.append)
     pending = []
     for text in texts:
         req = Request(prompt_tokens=tuple(chat_prompt(text)), max_tokens=MAX)
@@ -98,7 +98,8 @@ def test_greedy_equals_mlx_lm_under_adversarial_drafts(loaded, reference, chat_p
 
     assert (sched.rounds_grouped > 0) == grouped
     assert (sched.rounds_host > 0) == (mode == "host")
-    assert sched.chunks_ridden > 0  # streams joined while others ran: their chunks rode in passes
+    # Streams joined while others ran: their chunks rode in passes, where the passes let them.
+    assert (sched.chunks_ridden > 0) == (mode != "padded")
     done = {e.request_id: e for e in events if isinstance(e, Finished)}
     assert len(done) == len(texts)
     for rid, ref in refs_by_id.items():
@@ -113,10 +114,10 @@ def test_copy_drafts_land_and_match(loaded, reference, chat_prompt, monkeypatch,
     all: that early round must be dropped and its positions overwritten.
     """
     events: list[Event] = []
-    sched = Scheduler(loaded, events.append)
+    # numpy's passes never run ahead: the generic pass does (a GPU's)
+    sched = Scheduler(replace(loaded, passes=GENERIC) if run_ahead_always else loaded, events.append)
     if run_ahead_always:
         monkeypatch.setattr(Stream, "surely_draft_free_next", lambda self, recall: True)
-        sched.host_pass = None  # numpy's passes never run ahead: this is the MLX path's (a GPU's)
     reqs = [Request(prompt_tokens=tuple(chat_prompt(t)), max_tokens=64, own_copy_rates=False)
             for t in (prompts.COPY, prompts.CODE)]
     for r in reqs:
@@ -144,8 +145,7 @@ def test_long_prompt_prefills_chunk_by_chunk(loaded, reference, chat_prompt, rid
     from engine.events import RoundStats
 
     events: list[Event] = []
-    sched = Scheduler(loaded, events.append)
-    sched.costs.grouped = ride  # what a model without grouped passes gets
+    sched = Scheduler(loaded if ride else replace(loaded, passes=GENERIC), events.append)
     running = Request(prompt_tokens=tuple(chat_prompt(prompts.OPEN)), max_tokens=40)
     sched.submit(running)
     sched.step()  # prefill
@@ -178,7 +178,7 @@ def test_a_shared_pass_that_raises_is_undone_and_run_apart(loaded, reference, ch
     """A fault inside a pass that carries a prompt chunk fails nobody: the pass is undone (the lane
     buffers and the chunk's caches, several layers of which were already written), then the round
     and the chunk run apart in the same step."""
-    import engine.forward as forward_mod
+    import engine.passes.grouped as forward_mod
     from engine.events import Failed, RoundStats
 
     real = forward_mod._chunk_qkv
@@ -216,8 +216,7 @@ def test_plain_rounds_run_ahead_and_stay_equal(loaded, reference, chat_prompt) -
     """Draft-free rounds start before the previous round's tokens reach the host; streams leaving,
     a cancellation and a stream joining mid-run leave every token equal to mlx-lm's."""
     events: list[Event] = []
-    sched = Scheduler(loaded, events.append)
-    sched.host_pass = None  # numpy's passes never run ahead: this is the MLX path's (a GPU's)
+    sched = Scheduler(replace(loaded, passes=GENERIC), events.append)  # numpy's passes never run ahead
     lengths = {prompts.OPEN: 40, prompts.FRANCE: 12, prompts.CODE: 30}
     reqs = [Request(prompt_tokens=tuple(chat_prompt(t)), max_tokens=n, drafts=False) for t, n in lengths.items()]
     for r in reqs:

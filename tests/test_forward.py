@@ -1,4 +1,4 @@
-"""The grouped forward pass (engine/forward.py) against the padded one, on the real model."""
+"""The grouped forward pass (engine/passes/grouped.py) against the padded one, on the real model."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import mlx.core as mx
 import pytest
 from mlx_lm.models.cache import KVCache
 
-from engine.forward import ROW_MULTIPLE, Chunk, grouped_logits, supports_grouped
-from engine.lanecache import LaneCache
+from engine.model.lane_cache import LaneCache
+from engine.passes.grouped import ROW_MULTIPLE, Chunk, grouped_logits, supports_grouped
 
 pytestmark = pytest.mark.model
 
@@ -107,7 +107,7 @@ def grouped_pass_with_chunk(
 
 @pytest.mark.parametrize("with_chunk", [False, True])
 def test_host_exp_pass_matches_the_mlx_one(loaded, with_chunk: bool) -> None:
-    """Softmax and SiLU on numpy (engine.hostexp) give the logits and keys MLX's own do, to rounding."""
+    """Softmax and SiLU on numpy (engine.passes.numpy_ops) give the logits and keys MLX's own do, to rounding."""
     (mlx_pass, mlx_caches), (host_pass, host_caches) = (
         grouped_pass_with_chunk(loaded, [9, 1, 4, 1], with_chunk, host_exp) for host_exp in (False, True)
     )
@@ -121,7 +121,7 @@ def test_host_exp_pass_matches_the_mlx_one(loaded, with_chunk: bool) -> None:
 
 
 def test_prefill_fills_caches_as_mlx_lm_does(loaded) -> None:
-    from engine.forward import prefill
+    from engine.passes.grouped import prefill
 
     tokens = [(13 * i) % 4000 + 60 for i in range(150)]
     theirs = [KVCache() for _ in range(loaded.n_layers)]
@@ -143,8 +143,8 @@ def test_other_architectures_are_not_grouped() -> None:
 
 @pytest.mark.parametrize(("lengths", "width"), [([40], 1), ([40], 4), ([40, 77, 300, 12], 1), ([40, 77, 5], 5)])
 def test_padded_pass_is_mlx_lms_bit_for_bit(loaded, lengths: list[int], width: int) -> None:
-    """engine.padded's pass (the rotary table made once) gives mlx-lm's logits and keys exactly."""
-    from engine.padded import padded_logits, supports_padded
+    """engine.passes.padded's pass (the rotary table made once) gives mlx-lm's logits and keys exactly."""
+    from engine.passes.padded import padded_logits, supports_padded
 
     assert supports_padded(loaded.model)
     tokens = mx.array([[(31 * b + 5 * j) % 5000 + 50 for j in range(width)] for b in range(len(lengths))],
@@ -172,7 +172,7 @@ def test_rotary_table_leaves_the_grouped_pass_unchanged(loaded, host_exp: bool) 
 def test_other_models_keep_mlx_lms_own_pass() -> None:
     import mlx.nn as nn
 
-    from engine.padded import supports_padded
+    from engine.passes.padded import supports_padded
 
     assert not supports_padded(nn.Linear(2, 2))
 
@@ -183,7 +183,7 @@ def test_a_pass_that_raises_after_writing_is_undone_exactly(loaded, monkeypatch:
     arrays in place, so keeping references would keep the pass's writes)."""
     import numpy as np
 
-    import engine.forward as forward_mod
+    import engine.passes.grouped as forward_mod
 
     widths, lengths = [4, 1, 2], [40, 49, 58]
     rows = [[(31 * b + 5 * j) % 5000 + 50 for j in range(w)] for b, w in enumerate(widths)]

@@ -11,9 +11,9 @@ import pytest
 from mlx_lm.models import llama
 
 from engine.errors import ModelLoadError
-from engine.gguf import pre_tokenizer
-from engine.models import load_model
-from engine.modelspec import embedded_model_path
+from engine.model.gguf import pre_tokenizer
+from engine.model.loading import load_model
+from engine.model.locate import embedded_model_path
 
 HF_TO_GGUF = {
     "self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v",

@@ -1,4 +1,4 @@
-"""Softmax and SiLU on numpy (engine/hostexp.py) against MLX's own, on literal and random data."""
+"""Softmax and SiLU on numpy (engine/passes/numpy_ops.py) against MLX's own, on literal and random data."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from mlx_lm.models.llama import MLP, ModelArgs
 
-import engine.hostexp as hostexp
+import engine.passes.numpy_ops as hostexp
 
 
 def test_docstring_example() -> None:

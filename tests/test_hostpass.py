@@ -1,4 +1,4 @@
-"""numpy's pass (engine/hostpass.py) against mlx-lm's own model: logits, and the keys it writes."""
+"""numpy's pass (engine/passes/numpy_pass.py) against mlx-lm's own model: logits, and the keys it writes."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from mlx_lm.models import llama
 from mlx_lm.models.cache import KVCache
 
 from engine.events import Failed, Finished, Request
-from engine.hostpass import HostPass, supports_host
-from engine.lanecache import LaneCache
-from engine.scheduler import Scheduler
+from engine.model.lane_cache import LaneCache
+from engine.passes.numpy_pass import HostPass, supports_host
+from engine.rounds.scheduler import Scheduler
 from tests import prompts
 
 

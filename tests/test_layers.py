@@ -46,3 +46,38 @@ def test_engine_module_imports_no_ui(path: Path) -> None:
     tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
     bad = [f"{path.name}:{line}: {module}" for line, module in _imported_modules(tree) if _forbidden(module)]
     assert not bad, "engine/ must not import the UI layer:\n" + "\n".join(bad)
+
+
+# What each layer below the service may import of MLX and of the other layers (engine.errors,
+# engine.events and engine.job_thread are shared vocabulary, free to all).
+LAYER_RULES = {
+    "drafts": ("mlx", "mlx_lm", "engine.model", "engine.passes", "engine.rounds", "engine.service",
+               "engine.bench", "engine.store"),
+    "store": ("mlx", "mlx_lm", "engine.model", "engine.passes", "engine.rounds", "engine.service",
+              "engine.bench", "engine.drafts"),
+    "model": ("engine.rounds", "engine.service", "engine.bench", "engine.store"),
+    "passes": ("engine.rounds", "engine.service", "engine.bench", "engine.store"),
+}
+
+
+@pytest.mark.parametrize("layer", sorted(LAYER_RULES))
+def test_each_layer_imports_only_what_is_below_it(layer: str) -> None:
+    bad = []
+    for path in sorted((ENGINE / layer).rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        for line, module in _imported_modules(tree):
+            if any(module == m or module.startswith(m + ".") for m in LAYER_RULES[layer]):
+                bad.append(f"{path.relative_to(ENGINE)}:{line}: {module}")
+    assert not bad, f"engine/{layer} imports a layer it must not:\n" + "\n".join(bad)
+
+
+def test_engine_top_level_holds_only_shared_vocabulary() -> None:
+    """The engine is laid out by layer: its top level keeps the front door and what every layer shares."""
+    top = sorted(p.name for p in ENGINE.glob("*.py"))
+    assert top == ["__init__.py", "cli.py", "errors.py", "events.py", "job_thread.py"]
+
+
+def test_no_engine_module_is_over_450_lines() -> None:
+    long = [f"{p.relative_to(ENGINE)}: {n}" for p in ENGINE.rglob("*.py")
+            if (n := len(p.read_text(encoding="utf-8").splitlines())) > 450]
+    assert not long, "files do one job and stay small:\n" + "\n".join(long)

@@ -7,8 +7,8 @@ import pytest
 
 from engine.errors import MemoryLimitError
 from engine.events import Event, Finished, Request, Tokens, Waiting
-from engine.memory import MIN_CONVERSATION_CACHE, limits_for
-from engine.scheduler import Scheduler, kv_bytes_per_token, weight_bytes
+from engine.model.memory_limits import MIN_CONVERSATION_CACHE, kv_bytes_per_token, limits_for, weight_bytes
+from engine.rounds.scheduler import Scheduler
 from tests import prompts
 
 GIB = 2**30

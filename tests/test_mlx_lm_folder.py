@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from engine.events import Finished, Request
-from engine.models import load_model
-from engine.scheduler import Scheduler
+from engine.model.loading import load_model
+from engine.rounds.scheduler import Scheduler
 from tests import prompts
 
 pytestmark = pytest.mark.model

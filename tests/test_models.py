@@ -9,10 +9,10 @@ import mlx.core as mx
 import pytest
 
 from engine.errors import ModelLoadError
-from engine.families import family_for
-from engine.gguf import load_gguf
-from engine.models import load_model
-from engine.modelspec import embedded_model_path
+from engine.model.families import family_for
+from engine.model.gguf import load_gguf
+from engine.model.loading import load_model
+from engine.model.locate import embedded_model_path
 
 
 def _llama_meta(arch: str = "llama") -> dict:

@@ -134,7 +134,7 @@ def test_self_test_reports_each_failure_and_exits_1(monkeypatch: pytest.MonkeyPa
 
 @pytest.mark.model
 def test_self_test_passes_in_process_on_the_embedded_model(qapp) -> None:
-    from engine import blas
+    from engine.model import openblas
 
     lines: list[str] = []
     results = selftest.run_checks(lines.append)
@@ -145,9 +145,9 @@ def test_self_test_passes_in_process_on_the_embedded_model(qapp) -> None:
 
     unpreloaded = (
         sys.platform.startswith("linux")
-        and blas.openblas_path() is not None
-        and blas.blas_backend() != "openblas"
-        and os.environ.get(blas.OPT_OUT, "") in ("", "0")
+        and openblas.openblas_path() is not None
+        and openblas.blas_backend() != "openblas"
+        and os.environ.get(openblas.OPT_OUT, "") in ("", "0")
     )
     assert set(failed) == ({"blas"} if unpreloaded else set()), "\n".join(lines)
     assert [c.name for c in results] == ["qt", "pygments", "model", "blas", "store"]

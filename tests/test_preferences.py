@@ -19,7 +19,7 @@ from app.preferences import (
     model_kind,
     save_preferences,
 )
-from engine.store.session import ReplySettings
+from engine.service.session import ReplySettings
 
 
 def test_saved_preferences_load_back_equal(tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""Tests for engine.rates: per-stream copy rates by source."""
+"""Tests for engine.drafts.copy_rates: per-stream copy rates by source."""
 
 import itertools
 import json
@@ -8,7 +8,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine.rates import DEFAULT_DECAY, DOUBT_PRIOR, PRIOR_ROWS, CopyRates, SourceHistory, doubtful, first_key
+from engine.drafts.copy_rates import (
+    DEFAULT_DECAY,
+    DOUBT_PRIOR,
+    PRIOR_ROWS,
+    CopyRates,
+    SourceHistory,
+    doubtful,
+    first_key,
+)
 
 
 def test_fresh_rate_is_prior() -> None:

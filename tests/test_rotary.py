@@ -1,4 +1,4 @@
-"""The rotary table (engine/rotary.py) against mlx.nn.RoPE itself: bit for bit, on literal data."""
+"""The rotary table (engine/passes/rope_table.py) against mlx.nn.RoPE itself: bit for bit, on literal data."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import mlx.core as mx
 import mlx.nn as nn
 import pytest
 
-from engine.rotary import RopeTable, tabled
+from engine.passes.rope_table import RopeTable, tabled
 
 
 def test_worked_example_one_pair() -> None:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
-from engine.verify import adjusted_probs, verify_greedy, verify_sampled
+from engine.drafts.verification import adjusted_probs, verify_greedy, verify_sampled
 
 V = 5
 P0 = np.array([0.4, 0.3, 0.15, 0.1, 0.05])
@@ -89,7 +91,7 @@ def test_greedy_rule_worked_example() -> None:
 @pytest.mark.model
 def test_sampling_in_lanes_is_seeded_and_varied(loaded, chat_prompt) -> None:
     from engine.events import Finished, Request
-    from engine.scheduler import Scheduler
+    from engine.rounds.scheduler import Scheduler
     from tests import prompts
 
     def run(seed: int) -> tuple[int, ...]:
@@ -111,18 +113,17 @@ def test_sampled_streams_read_their_own_rows_of_a_grouped_pass(loaded, chat_prom
     """A sampled stream in a round where another stream drafts: its logits come from its own rows
     of the grouped pass (or numpy's), so a seeded reply is what the padded pass gives (logits equal
     to float rounding), and greedy neighbours still copy."""
-    from engine.costmodel import CostModel
+    from engine.drafts.cost_model import CostModel
     from engine.events import Finished, Request
-    from engine.scheduler import Scheduler
+    from engine.passes.choice import GENERIC
+    from engine.rounds.scheduler import Scheduler
     from tests import prompts
 
     def run(grouped: bool, host: bool = False) -> tuple[dict[str, tuple[int, ...]], int]:
         monkeypatch.setattr(CostModel, "groups_pay", lambda self, b, w, k, keys=0: grouped and k is not None and 0 < k < b and w > 1)
         events: list = []
-        sched = Scheduler(loaded, events.append)
-        if not host:
-            sched.host_pass = None
-        sched.host_exp = grouped  # with it, every round of several rows runs grouped
+        passes = loaded.passes if host else replace(loaded.passes, numpy_pass=None) if grouped else GENERIC
+        sched = Scheduler(replace(loaded, passes=passes), events.append)
         reqs = {"sampled": Request(prompt_tokens=tuple(chat_prompt(prompts.OPEN)), max_tokens=32,
                                    temperature=0.8, top_p=0.95, seed=7, drafts=False),
                 "greedy": Request(prompt_tokens=tuple(chat_prompt(prompts.COPY)), max_tokens=32)}
@@ -135,6 +136,6 @@ def test_sampled_streams_read_their_own_rows_of_a_grouped_pass(loaded, chat_prom
 
     grouped, n_grouped = run(True)
     padded, n_padded = run(False)
-    numpy_, n_host = run(False, host=True)  # the CPU's default: numpy's pass (engine.hostpass)
+    numpy_, n_host = run(False, host=True)  # the CPU's default: numpy's pass (engine.passes.numpy_pass)
     assert n_grouped > 0 and n_padded == 0 and n_host > 0
     assert grouped == padded == numpy_

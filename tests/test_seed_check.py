@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from engine.costmodel import CostModel
+from engine.drafts.cost_model import CostModel
 from engine.events import Event, Finished, Request, RoundStats
-from engine.scheduler import Scheduler
+from engine.rounds.scheduler import Scheduler
 from tests import prompts
 
 pytestmark = pytest.mark.model

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from engine.engine import Engine
 from engine.events import Tokens
-from engine.store.service import ChatService, ReplyBegun, ReplySaved, ServiceEvent
-from engine.store.session import ReplySettings
+from engine.rounds.engine_thread import Engine
+from engine.service.chat_service import ChatService, ReplyBegun, ReplySaved, ServiceEvent
+from engine.service.session import ReplySettings
 
 pytestmark = pytest.mark.model
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from engine.store.service import ChatService, ComparisonBegun, ComparisonSaved, RunDone
+from engine.service.chat_service import ChatService, ComparisonBegun, ComparisonSaved, RunDone
 from engine.store.store import Store
 from tests.fake_engine import FakeEngine
 

@@ -10,9 +10,9 @@ import pytest
 
 from engine.errors import LanesError
 from engine.events import Tokens
-from engine.store.comparisons import build_spec
-from engine.store.service import ChatService
-from engine.store.session import ChatSession, ReplySettings
+from engine.service.chat_service import ChatService
+from engine.service.comparisons import build_spec
+from engine.service.session import ChatSession, ReplySettings
 from engine.store.store import RECALL_SETTING, Store
 from tests.fake_engine import FakeEngine
 

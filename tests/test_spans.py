@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine.spans import origin_spans
+from engine.service.spans import origin_spans
 
 
 def words(tokens: list[int]) -> str:

@@ -6,7 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
-from engine.store.bench import (
+from engine.bench.store_bench import (
     LONG_CONVERSATION,
     MODEL,
     QUERIES,

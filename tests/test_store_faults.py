@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from engine.events import Tokens
-from engine.store.service import ChatService
-from engine.store.session import ReplySettings
+from engine.service.chat_service import ChatService
+from engine.service.session import ReplySettings
 from engine.store.store import Store
 from tests.fake_engine import FakeEngine
 

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from engine.engine import Engine
 from engine.events import Tokens
-from engine.store.session import ChatSession, ReplySettings
+from engine.rounds.engine_thread import Engine
+from engine.service.session import ChatSession, ReplySettings
 from engine.store.store import Store
 
 pytestmark = pytest.mark.model
@@ -194,7 +194,7 @@ def test_a_replys_end_is_committed_with_a_sync_and_its_progress_without(tmp_path
         ran: list[str] = []
         store.db.conn.set_trace_callback(lambda sql: ran.append(" ".join(sql.split())))
         with pytest.MonkeyPatch.context() as mp:
-            mp.setattr("engine.store.session.SAVE_EVERY_S", 0.0)  # a progress save for every event
+            mp.setattr("engine.service.session.SAVE_EVERY_S", 0.0)  # a progress save for every event
             session.ask(conv.id, "durable " * 10)
         store.db.conn.set_trace_callback(None)
         assert store.db.execute("PRAGMA synchronous").fetchone()[0] == 1  # NORMAL again

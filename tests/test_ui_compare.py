@@ -207,7 +207,7 @@ def test_the_window_opens_the_pane_on_its_conversation(qtbot, tmp_path: Path) ->
 
 @pytest.mark.model
 def test_the_pane_on_the_real_model(qtbot, loaded, tmp_path: Path) -> None:
-    from engine.engine import Engine
+    from engine.rounds.engine_thread import Engine
 
     controller = ChatController(tmp_path / "lanes.db",
                                 engine_factory=lambda _m: Engine(loader=lambda _s: loaded, calibrate=False))

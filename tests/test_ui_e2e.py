@@ -11,7 +11,7 @@ from PySide6.QtCore import Qt
 from app.controller import ChatController
 from app.main_window import MainWindow
 from app.preferences import Preferences
-from engine.engine import Engine
+from engine.rounds.engine_thread import Engine
 from engine.store.store import Store
 
 pytestmark = pytest.mark.model

@@ -101,7 +101,7 @@ class Message:
 
 @dataclass(frozen=True)
 class ComparisonRun:
-    """One side of a comparison in one repeat (see engine/compare.py)."""
+    """One side of a comparison in one repeat (see engine/service/compare.py)."""
 
     side: str  # off / on / plain
     repeat: int

@@ -90,7 +90,7 @@ def _settings(settings: Mapping[str, Any]) -> str:
         f"{k}={v if isinstance(v, str) else json.dumps(v)}" for k, v in sorted(settings.items()))
 
 
-# -- comparisons: the seed's A/B table (engine/compare.py), from the JSON document's runs --------
+# -- comparisons: the seed's A/B table (engine/service/compare.py), from the JSON document's runs --------
 _SIDE_ORDER = ("off", "on", "plain")
 
 

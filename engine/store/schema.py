@@ -81,7 +81,7 @@ INSERT INTO messages_fts (messages_fts) VALUES ('rebuild');
 """
 
 # v3: the comparison pane's A/B runs: one request answered with own copy rates off and on (and
-# optionally with no drafts), each side repeated with the order alternated (engine/compare.py).
+# optionally with no drafts), each side repeated with the order alternated (engine/service/compare.py).
 _V3 = """
 CREATE TABLE comparisons (
     id INTEGER PRIMARY KEY,

@@ -17,7 +17,7 @@ from engine.store.store import Store
 
 FORMAT = "lanes-conversation"
 VERSION = 1
-SIDES: tuple[str, ...] = ("off", "on", "plain")  # engine.compare.SIDES; the store's CHECK on comparison_runs
+SIDES: tuple[str, ...] = ("off", "on", "plain")  # engine.service.compare.SIDES; the store's CHECK on comparison_runs
 _ORIGIN_LETTERS = "mcr"  # records.pack_origins: m(odel), c(ontext), r(ecall)
 _INT32 = (-(2**31), 2**31 - 1)
 _REQUIRED: Any = object()

