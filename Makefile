@@ -3,6 +3,7 @@
 #   make test   set up (once), lint, run the test suite
 #   make lint   ruff check + the engine/UI layering check (make format: ruff format)
 #   make bench  the three benchmark workloads, JSON results under out/ (bench-heldout: the held-out two)
+#   make bench-families  copy-heavy on another architecture (qwen2), and llama's CPU passes against the generic one
 #   make bench-store  the store at scale (10,000 conversations, synthetic, temp folder): out/bench-store.*
 #   make soak   8 streams through the engine for 20 minutes: errors and memory growth, out/soak.*
 #   make bench-ui  window responsiveness with 4 replies streaming at once (GUI-thread stalls): out/bench-ui.*
@@ -37,7 +38,7 @@ else
 WITH_BLAS =
 endif
 
-.PHONY: help setup openblas run test lint format bench bench-heldout bench-store bench-ui soak screenshots package \
+.PHONY: help setup openblas run test lint format bench bench-heldout bench-families bench-store bench-ui soak screenshots package \
 	clean distclean
 
 help:
@@ -110,6 +111,16 @@ bench: setup
 # Requests nobody tuned on: check that results hold up (see resources/README.md).
 bench-heldout:
 	@$(MAKE) --no-print-directory bench WORKLOADS="$(HELDOUT)"
+
+# Another architecture's path: the embedded weights in mlx-lm's qwen2 module (the generic pass), and the
+# embedded model itself with its llama passes against the generic one (engine/passes/choice.py).
+bench-families: setup
+	@mkdir -p out
+	@set -eo pipefail; $(WITH_BLAS) $(VENV)/bin/lanes make-model embedded-as-qwen2 out/qwen2-model >/dev/null; \
+	$(WITH_BLAS) $(VENV)/bin/lanes bench --workload resources/workloads/copy-heavy.jsonl --model out/qwen2-model \
+	  --cells plain,on --rounds 3 --json out/bench-qwen2-copy-heavy.json | tee out/bench-qwen2-copy-heavy.md; \
+	$(WITH_BLAS) $(VENV)/bin/lanes bench --workload resources/workloads/copy-heavy.jsonl \
+	  --cells on,on:generic_pass=true --rounds 3 --json out/bench-passes.json | tee out/bench-passes.md
 
 # The store's targets at scale on a synthetic database (never the user's); see docs/benchmarks.md.
 bench-store: setup

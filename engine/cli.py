@@ -29,8 +29,6 @@ def main(argv: list[str] | None = None) -> int:
     bench.add_argument("--warmup", type=int, default=0, help="unmeasured runs of every cell first (GPU kernels compile)")
     bench.add_argument("--max-tokens", type=int, default=None, help="override each line's max_tokens")
     bench.add_argument("--model", default=None, help="model (default: the embedded SmolLM2-135M)")
-    bench.add_argument("--passes", default=None, help="the rounds' passes instead of the model's own choice: "
-                       "generic (mlx-lm's forward for every model) or llama-cpu (engine/passes/choice.py)")
     bench.add_argument("--json", type=Path, default=None, help="write full results here")
 
     soak = sub.add_parser("soak", help="many streams through the engine for a long time: errors and memory")
@@ -139,25 +137,18 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _bench(args: argparse.Namespace) -> int:
-    from dataclasses import replace
 
     from engine.bench.cell_specs import parse_cells
     from engine.bench.runner import markdown, run_bench
     from engine.bench.workloads import load_workload
     from engine.errors import LanesError
     from engine.model.loading import load_model
-    from engine.passes.choice import by_name
 
     cells = parse_cells(args.cells)
     if args.rounds < 1:
         raise LanesError("--rounds must be at least 1")
     items = load_workload(args.workload, args.max_tokens)
     loaded = load_model(args.model)
-    if args.passes is not None:
-        try:
-            loaded = replace(loaded, passes=by_name(args.passes, loaded.model))
-        except ValueError as exc:
-            raise LanesError(f"--passes: {exc}") from None
     for w in loaded.warnings:
         print(f"warning: {w}", file=sys.stderr)
     result = run_bench(loaded, items, cells, args.rounds, progress=lambda s: print(s, file=sys.stderr),

@@ -91,3 +91,10 @@ def test_a_list_refuses_repeats_and_emptiness() -> None:
         parse_cells("on:copy_rate=0.9,off,on:copy_rate=0.9")
     with pytest.raises(LanesError, match="no cells given"):
         parse_cells(" , ")
+
+
+def test_a_cell_may_run_the_generic_pass() -> None:
+    cell = parse_cell("on:generic_pass=true")
+    assert cell.generic_pass and not parse_cell("on").generic_pass
+    family = Family(name="x")
+    assert cell.with_settings(family) == family  # an engine setting, not a family one

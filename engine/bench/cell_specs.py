@@ -41,9 +41,10 @@ SETTINGS: Mapping[str, type] = MappingProxyType({
     "min_match.recall": int,
     "brief_match": int,
     "context_cost": bool,
+    "generic_pass": bool,
 })
 INT_MINIMUM: Mapping[str, int] = MappingProxyType({"brief_match": 0})  # 0 turns it off; others start at 1
-ENGINE_SETTINGS = ("context_cost",)  # not family settings: with_settings leaves them out
+ENGINE_SETTINGS = ("context_cost", "generic_pass")  # not family settings: with_settings leaves them out
 _TRUE, _FALSE = ("true", "on", "yes", "1"), ("false", "off", "no", "0")
 
 
@@ -65,6 +66,11 @@ class Cell:
     def context_cost(self) -> bool:
         """Whether the cost model prices each round's context (the default) or every round at 64 keys."""
         return bool(self.settings.get("context_cost", True))
+
+    @property
+    def generic_pass(self) -> bool:
+        """Whether the cell runs the generic pass instead of the model's own choice (engine.passes.choice)."""
+        return bool(self.settings.get("generic_pass", False))
 
     def with_settings(self, family: Family) -> Family:
         """``family`` with this cell's settings applied (the family itself when there are none)."""

@@ -27,6 +27,7 @@ from engine.events import Event, Failed, Finished, Request
 from engine.model import openblas
 from engine.model.loading import LoadedModel
 from engine.model.machine import cpu_model, usable_cores
+from engine.passes.choice import GENERIC
 from engine.rounds.scheduler import Scheduler
 
 
@@ -94,7 +95,10 @@ def run_lanes(loaded: LoadedModel, items: list[WorkItem], costs: CostModel, cell
             raise RuntimeError(f"stream {ids.get(ev.request_id)} failed: {ev.message}")
 
     costs = copy.deepcopy(costs) if cell.context_cost else costs.at_keys(CALIBRATION_KEYS)
-    sched = Scheduler(replace(loaded, family=cell.with_settings(loaded.family)), emit, costs=costs)
+    loaded = replace(loaded, family=cell.with_settings(loaded.family))
+    if cell.generic_pass:
+        loaded = replace(loaded, passes=GENERIC)
+    sched = Scheduler(loaded, emit, costs=costs)
     t0 = time.perf_counter()
     for it in items:
         req = Request(messages=it.messages, max_tokens=it.max_tokens, drafts=cell.drafts,
@@ -167,19 +171,19 @@ def run_bench(
     """Each cell ``rounds`` times, alternated, after ``warmup`` unmeasured runs of every cell (on a
     GPU the first run of a shape compiles its kernels)."""
     prompts = prompts_for(loaded, items)
-    probe = Scheduler(loaded, lambda e: None)
-    probe.calibrate()
-    costs = probe.costs
+    costs = _calibrated(loaded)
+    # Cells on the generic pass are priced by what that pass costs here.
+    generic_costs = _calibrated(replace(loaded, passes=GENERIC)) if any(c.generic_pass for c in cells) else costs
     reference: dict[str, list[int]] | None = None
     results: dict[str, dict[str, Any]] = {c.spec: {"rounds": [], "cell": c} for c in cells}
     for w in range(warmup):
         for cell in cells:
-            run = _run_cell(loaded, items, prompts, costs, cell)
+            run = _run_cell(loaded, items, prompts, generic_costs if cell.generic_pass else costs, cell)
             progress(f"warm-up {w + 1} {cell.spec}: {run.tok_s:.1f} tok/s")
     for r in range(rounds):
         order = cells[r % len(cells) :] + cells[: r % len(cells)]  # no cell always goes first
         for cell in order:
-            run = _run_cell(loaded, items, prompts, costs, cell)
+            run = _run_cell(loaded, items, prompts, generic_costs if cell.generic_pass else costs, cell)
             if cell.base == "mlx-lm" and reference is None:
                 reference = run.tokens
             progress(f"round {r + 1} {cell.spec}: {run.tok_s:.1f} tok/s")
@@ -188,6 +192,12 @@ def run_bench(
             reference = run_mlx_lm(loaded, items, prompts).tokens
     assert reference is not None
     return _summarise(loaded, items, prompts, reference, results, costs)
+
+
+def _calibrated(loaded: LoadedModel) -> CostModel:
+    probe = Scheduler(loaded, lambda e: None)
+    probe.calibrate()
+    return probe.costs
 
 
 def _run_cell(loaded: LoadedModel, items: list[WorkItem], prompts: list[list[int]], costs: CostModel,

@@ -3,9 +3,9 @@
 Every model runs the *generic* pass: its own mlx-lm forward over the lanes' cache views
 (``model(tokens, cache=lanes.views)``), padded to the round's widest stream, with a joining
 prompt prefilled after the round. mlx-lm's llama on the CPU gets faster passes of the same
-arithmetic, each tested equal to the generic one (tests/test_forward.py, tests/test_numpy_pass.py,
-tests/test_fidelity.py) and measured against it in ``lanes bench --passes generic``
-(docs/benchmarks.md):
+arithmetic, each tested equal to the generic one (tests/test_forward.py, tests/test_hostpass.py,
+tests/test_fidelity.py) and measured against it side by side in ``make bench-families``
+(a cell ``on:generic_pass=true``; docs/benchmarks.md):
 
 - grouped passes (``engine.passes.grouped``): streams that draft and streams that do not are
   attended apart, and a joining prompt's chunk rides in the round's pass;
@@ -67,15 +67,6 @@ def choose(model: nn.Module, device: str) -> RoundPasses:
     if device == "cpu" and supports_grouped(model):
         return llama_cpu(model)
     return GENERIC
-
-
-def by_name(name: str, model: nn.Module) -> RoundPasses:
-    """``generic`` or ``llama-cpu`` (for a benchmark's A/B); raises ValueError naming the choices."""
-    if name == "generic":
-        return GENERIC
-    if name == "llama-cpu" and supports_grouped(model):
-        return llama_cpu(model)
-    raise ValueError(f"passes '{name}' do not apply to this model (generic{', llama-cpu' if supports_grouped(model) else ''})")
 
 
 def body_of(model: nn.Module) -> nn.Module:
