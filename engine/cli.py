@@ -120,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "make-model":
             return _make_model(args)
         if args.command == "soak":
-            from engine.bench.runner import soak
+            from engine.bench import soak
 
             args.workloads = args.workloads or soak.default_workloads()
             return soak.main(args)

@@ -212,3 +212,30 @@ def test_a_rope_that_takes_no_position_per_stream_is_refused_at_load(loaded, tmp
     loaded.tokenizer._tokenizer.save_pretrained(tmp_path)
     with pytest.raises(ModelLoadError, match="DynamicNTKScalingRoPE"):
         load_model(str(tmp_path))
+
+
+def test_a_4_bit_hybrid_model_loads_and_stays_equal(loaded, tmp_path: Path) -> None:
+    """mlx-lm's 4-bit quantization of a hybrid model (conv layers and attention): loaded as such a
+    folder is (on the CPU dequantized, on a GPU kept 4-bit), drafted, and token-equal to mlx-lm."""
+    import importlib
+
+    import mlx.core as mx
+    from mlx_lm.utils import quantize_model, save_config, save_model
+
+    lfm2 = importlib.import_module("mlx_lm.models.lfm2")
+    config = dict(made_models.RANDOM["lfm2"])
+    mx.random.seed(5)
+    model, config = quantize_model(lfm2.Model(lfm2.ModelArgs.from_dict(config)), config, 32, 4)
+    save_model(tmp_path, model)
+    save_config(config, tmp_path / "config.json")
+    loaded.tokenizer._tokenizer.save_pretrained(tmp_path)
+    quantized = load_model(str(tmp_path))
+    assert layout(quantized) == LAYOUTS["lfm2"]
+    events: list[Event] = []
+    sched = Scheduler(quantized, events.append)
+    req = Request(prompt_tokens=tuple(chat(quantized, prompts.COPY)), max_tokens=MAX)
+    sched.submit(req)
+    while sched.busy:
+        sched.step()
+    done = next(e for e in events if isinstance(e, Finished))
+    assert list(done.tokens) == ref(quantized, list(req.prompt_tokens or ()), MAX)

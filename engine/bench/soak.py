@@ -147,5 +147,5 @@ def _machine() -> str:
 
 
 def default_workloads() -> list[Path]:
-    root = Path(__file__).resolve().parent.parent / "resources" / "workloads"
+    root = Path(__file__).resolve().parents[2] / "resources" / "workloads"
     return [root / f"{w}.jsonl" for w in ("copy-heavy", "no-copy", "mixed")]

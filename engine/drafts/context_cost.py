@@ -13,7 +13,7 @@ keeps ``base`` per shape and adds this term for the round's K, the longest conte
 price another wrongly: a draft row at 2,000 keys costs several times what it does at 64.
 
 The two coefficients come from timing the same shapes at two contexts (``fit``). Worked example,
-timed ad hoc on the 2-core CPU (ms, slow day), 64 and 2,000 keys:
+with timings of one slow day on a 2-core CPU (ms), 64 and 2,000 keys:
 
     shape (B, W)    64 keys   2000 keys   added per stream and key (ms)
     (1, 1)          153       216         63 / 1936 / 1  = 0.0325

@@ -30,7 +30,7 @@ Worked example with the measured 2-core CPU numbers (SmolLM2-135M), milliseconds
     cost(4, 20) = 339 + 4 * (339 - 218) / 8  = 399.5 ms  (past W=16, slope of W=8..16)
     cost(3, 8)  = 52.1 + 8.78 * 3 + 3.92 * 24 = 172.5 ms (fit: a=52.1, b=8.78, c=3.92)
 
-On a GPU the same table is nearly flat (4-10 ms whatever the shape), so wide rounds cost little.
+On a GPU the same table is nearly flat, so wide rounds cost little.
 
 Grouped rounds (``engine.passes.grouped``; enabled with ``grouped=True`` where the model supports them):
 when only k < B streams draft, the round can run their W rows as one group and the other streams'

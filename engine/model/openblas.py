@@ -9,9 +9,7 @@ this is a no-op.
 OpenBLAS picks its kernels from the CPU model, and a model newer than the OpenBLAS release falls
 back to its oldest x86-64 kernels ("Prescott", SSE3): Debian 12's 0.3.21 does so on a 5th-gen Xeon
 (model 207) that has AVX-512. :func:`coretype_override` names the kernels the CPU's flags allow,
-and the re-exec sets ``OPENBLAS_CORETYPE`` to it. Measured ad hoc there (2026-12-01, 2 cores): a
-300x576 by 576x1536 product 20 ms -> 7 ms, a one-row pass of the embedded model 113 -> 95 ms, a
-four-row pass 182-215 -> 121-123 ms, prefilling the four copy-heavy prompts 9.2 -> 5.9 s.
+and the re-exec sets ``OPENBLAS_CORETYPE`` to it (docs/benchmarks.md says what that changed there).
 
 Stdlib only: importing this module must not import MLX (the preload has to happen first).
 """

@@ -7,26 +7,20 @@ arithmetic per row) but:
 
 - the linear layers (projections, MLP, output head) see only the real rows, flattened into one
   sequence, plus dummy rows up to a multiple of ``ROW_MULTIPLE``: OpenBLAS runs some row counts far
-  slower than the next multiple of 16 (all linear layers of the model at 12 rows 87 ms, at 16 rows
-  51 ms; ad hoc timing on the 2-core CI machine);
+  slower than the next multiple of 16;
 - attention runs per ``Group`` of the ``LaneCache``: the one-row streams together, the drafting
   streams together padded only to the widest of them;
 - the rotary embedding runs once a layer over all rows, each row at its own position.
 
 On the CPU (``host_exp``) the softmax and SiLU go through numpy (``engine.passes.numpy_ops``), all of a
 layer's attention blocks in one sync, and a group of some streams but not all attends each
-stream's cache row as a view rather than gathering the rows (MLX's CPU gather: 1-3 ms a layer).
-Whole passes, ad hoc, 2-core Xeon, ~500 keys, before / after these and the single rotary call:
-(16, 1, 1, 1) 288 / 236 ms, (2, 1, 1, 1) 198 / 155, (16, 12, 9, 1) 306 / 263; one-group shapes
-unchanged.
+stream's cache row as a view rather than gathering the rows (MLX's CPU gather of them is slow).
 
 Greedy tokens are what the padded pass gives up to float rounding (matrix products of other shapes
 sum in another order, as the padded pass's already differ from a one-stream pass); the fidelity
 tests and every benchmark cell check them against mlx-lm.
 
-Measured (ad hoc, 2-core CPU, 4 streams at ~300 tokens of context, whole pass, ms): rows per
-stream (9, 1, 1, 1) padded 186, grouped 115; (17, 1, 1, 1) 275 / 148; (17, 5, 3, 1) 274 / 191;
-(1, 1, 1, 1) is never grouped. The scheduler groups a round when its cost model says so, when a
+A round of one row per stream is never grouped. The scheduler groups a round when its cost model says so, when a
 prompt chunk rides in it (below), and on the CPU whenever a stream has several rows, since only
 this pass computes exponentials on numpy (``engine.passes.numpy_ops``). On the CPU numpy's own pass
 (``engine.passes.numpy_pass``) now runs every round without a chunk, for the models it knows.
@@ -34,9 +28,8 @@ this pass computes exponentials on numpy (``engine.passes.numpy_ops``). On the C
 A ``Chunk`` of a joining stream's prompt can ride in the same pass: its rows join the flattened
 rows of the linear layers and attend causally over that stream's own caches, as mlx-lm's prefill
 does; they get no logits. On the CPU a pass of a few rows costs nearly what the weights take to
-read, so the round's rows come almost free next to a chunk (ad hoc, 2-core Xeon, transformer body
-at 64 keys of context: 1 row 58 ms, 4 rows 106, 128 rows 546), and running streams keep their
-pace while a long prompt joins.
+read, so the round's rows come almost free next to a chunk, and running streams keep their pace
+while a long prompt joins. What each of these measured is in docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -199,7 +192,7 @@ def _rope_rows(
     """Rotary embeddings for the first ``len(positions)`` flat rows of ``q`` and ``k``, row i at
     ``positions[i]``, in one call: each row is its own batch entry with its own offset. Per row it
     is the same arithmetic as per stream, and one call a layer instead of two per group and chunk
-    (~0.25 ms each on the CPU, ad hoc); with ``table`` (made once a pass for ``positions``) not
+    on the CPU; with ``table`` (made once a pass for ``positions``) not
     even that. The dummy rows after them are dropped: nothing attends them."""
     n, heads, kv_heads = positions.shape[0], attn.n_heads, attn.n_kv_heads
     both = mx.concatenate([q[:n].reshape(n, heads, 1, -1), k[:n].reshape(n, kv_heads, 1, -1)], axis=1)
@@ -243,7 +236,7 @@ def _host_attention(
 
     Every group is written before any is read, so each write updates the cache in place. A group
     of some rows but not all (e.g. three one-row streams beside a drafting one) is attended row by
-    row over views of the cache: MLX's CPU gather of those rows cost 1-3 ms a layer (ad hoc).
+    row over views of the cache: MLX's CPU gather of those rows is slow.
     """
     q, k, v = qkv
     lanes, queries = plan.lanes, []

@@ -1,19 +1,12 @@
 """Softmax and SiLU with their exponentials computed by numpy, for CPU passes.
 
 MLX 0.32.4's CPU ``exp`` is a scalar polynomial (its ``fma`` is the software ``std::fma`` in this
-wheel): 27 ns an element here, where numpy's vectorised ``exp`` takes 0.6. In a wide pass nearly all
-of attention is the softmax's exponentials, and SiLU adds one per MLP unit and row. Moving those two
-to numpy costs a sync of the lazy graph at each (the arrays cross by a copy) and pays from a few rows
-up. Ad hoc, 2-core Xeon, whole grouped pass at ~500 keys of context (ms, MLX / numpy):
+wheel), many times slower an element than numpy's vectorised ``exp``. In a wide pass nearly all of
+attention is the softmax's exponentials, and SiLU adds one per MLP unit and row. Moving those two to
+numpy costs a sync of the lazy graph at each (the arrays cross by a copy) and pays from a few rows
+up (docs/benchmarks.md).
 
-    rows per stream (1)              104 / 87
-    (1, 1, 1, 1)                     132 / 136   <- MLX's path (and run-ahead) stayed better here
-    (16, 1, 1, 1)                    305 / 213
-    (16, 12, 9, 1)                   585 / 256
-    (1, 1, 1) + a 128-token chunk    798 / 445
-
-Logits differ from the MLX ones by float rounding (3e-5 at most in those passes, against 1e-3 for
-matrix products of other shapes); greedy tokens are checked against mlx-lm's own generation by the
+Logits differ from the MLX ones by float rounding; greedy tokens are checked against mlx-lm's own generation by the
 fidelity tests and every benchmark cell. Metal's ``exp`` is vectorised: this is for the CPU only.
 On the CPU, rounds without a prompt chunk now run wholly on numpy (``engine.passes.numpy_pass``); this
 module serves the passes that carry a chunk, and prefill.
@@ -75,7 +68,7 @@ def attention_many(items: Sequence[Attend], scale: float, masks: dict | None = N
     attention shares them. One sync a layer, not one per block.
 
     ``masks``, one dict a pass, keeps each mask's additive form from the first layer for the others:
-    every layer of a pass attends the same positions (rebuilding them cost ~0.3 ms a layer, ad hoc).
+    every layer of a pass attends the same positions (rebuilding them each layer costs time).
     """
     masks = {} if masks is None else masks
     scores = []

@@ -3,11 +3,9 @@
 On the CPU a round of a few rows is bound by reading the weights, and numpy's own OpenBLAS reads
 them faster than the one MLX is given: it runs a one-row product as a matrix-vector product, and a
 product of a few rows as ``W @ X.T`` without copying the weights. Every op of the pass is cheap
-next to that, and MLX charges ~10 us of scheduling per op on the CPU (a pass has ~700), so the
-whole pass runs here, reading the model's own weights as zero-copy numpy views:
-
-    rows (1)   all linears 48 -> 24 ms, the output head 15.5 -> 3-5 ms
-    rows (16)  all linears 80 -> 45-56 ms (ad hoc, 2-core Xeon; tests/test_hostpass.py checks logits)
+next to that, and MLX charges some scheduling per op on the CPU (a pass has ~700), so the whole
+pass runs here, reading the model's own weights as zero-copy numpy views (tests/test_hostpass.py
+checks its logits; docs/benchmarks.md, "CPU rounds on numpy", what it saves).
 
 The stream's new keys and values are written straight into the ``LaneCache``'s buffers through
 numpy views of them, at each stream's own length, as a round's pass writes them: positions past the

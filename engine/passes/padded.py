@@ -3,9 +3,7 @@
 ``padded_logits(model, lanes, tokens)`` is ``model(tokens, cache=lanes.views)`` operation for
 operation (mlx-lm's own modules and ``scaled_dot_product_attention``), except that queries and
 keys are rotated by one ``engine.passes.rope_table.RopeTable`` for the pass instead of 60 rope calls, which
-on the CPU each rebuild the same cosines and sines: bit for bit the same logits (tested). Ad hoc,
-2-core Xeon, one-row passes (median of alternated pairs): one stream at 500 keys 109 -> 104 ms,
-four at 600 keys 191 -> 182 ms.
+on the CPU each rebuild the same cosines and sines: bit for bit the same logits (tested).
 
 A lone stream's one-row pass skips the mask: every key it attends is its own, and a mask that
 keeps every score changes none of them.

@@ -3,7 +3,7 @@
 MLX 0.32.4 has no CPU kernel for ``mx.fast.rope``: it runs its fallback, some twenty operations
 that recompute the angles and their cosines and sines on every call. A pass calls it for queries
 and keys in every layer (60 calls in the embedded model), each time for the same positions, and
-MLX's CPU operations cost ~10 us each before any arithmetic. A ``RopeTable`` takes the cosines and
+each of MLX's CPU operations costs scheduling before any arithmetic. A ``RopeTable`` takes the cosines and
 sines from one call of the model's own rope on unit pairs, then rotates each layer's queries and
 keys with the fallback's own arithmetic (``x1 * cos - x2 * sin``, ``x1 * sin + x2 * cos``), so
 the result is bit for bit what the rope gives.
