@@ -25,6 +25,7 @@ from engine.events import (
     Failed,
     Finished,
     ModelInfo,
+    Notice,
     ReplyStats,
     Request,
     RoundStats,
@@ -32,6 +33,7 @@ from engine.events import (
     Tokens,
     Waiting,
 )
+from engine.model.chat_template import FOLDED
 
 INFO = ModelInfo("Fake-Echo", "fake", "cpu", 4096, (), True, 0.94, DOUBT_PRIOR)
 
@@ -113,6 +115,8 @@ class FakeEngine:
         origins_all = ["model"] * 6 + ["context"] * (len(reply) - 6)
         if "WAIT" in text:  # as the engine says of a request its memory limits hold back
             h.events.put(Waiting(h.id, "2 replies are running, the most Fake-Echo runs at once"))
+        if "NOTE" in text:  # as the engine says of a model whose chat template takes no system prompt
+            h.events.put(Notice(h.id, FOLDED))
         start, done = time.perf_counter(), 0
         history = {"context": {"accepted": 3.0, "tested": 4.0}}
         while done < len(reply):

@@ -238,6 +238,15 @@ def test_a_reply_held_back_by_the_memory_limits_says_so_then_runs(qtbot, make_wi
     assert last_reply(w).content == "Echo: WAIT for me"
 
 
+def test_a_notice_about_the_chat_template_shows_in_the_status_bar(qtbot, make_window) -> None:
+    w = make_window()
+    qtbot.waitUntil(lambda: w.send_button.isEnabled())
+    w.send("NOTE this")
+    qtbot.waitUntil(lambda: "takes no system prompt" in w.statusBar().currentMessage())
+    wait_reply_saved(qtbot, w)
+    assert last_reply(w).content == "Echo: NOTE this"
+
+
 def test_closing_mid_reply_saves_it_partial(qtbot, make_window, tmp_path: Path) -> None:
     w = make_window()
     qtbot.waitUntil(lambda: w.send_button.isEnabled())
