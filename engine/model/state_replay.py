@@ -26,6 +26,7 @@ padding rows entered it).
 
 from __future__ import annotations
 
+import functools
 import inspect
 import sys
 from collections.abc import Callable
@@ -120,9 +121,14 @@ def record(mixers: dict[int, nn.Module]) -> None:
         m.__class__ = _RECORDING[cls]
 
 
+@functools.cache
+def _signature(cls: type) -> inspect.Signature:
+    return inspect.signature(cls.__call__)
+
+
 def _recording_call(self: nn.Module, *args: Any, **kwargs: Any) -> Any:
     original = type(self)._lanes_original
-    bound = inspect.signature(original.__call__).bind(self, *args, **kwargs)
+    bound = _signature(original).bind(self, *args, **kwargs)
     cache = bound.arguments.get("cache")
     if hasattr(cache, "record"):
         arguments = {k: v for k, v in bound.arguments.items() if k != "self"}
