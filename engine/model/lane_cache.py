@@ -211,7 +211,7 @@ class LaneCache:
         self._real = list(real) if real is not None else [width] * self.batch
         self._kept = list(self._real)
         if self.recurrent:
-            self._before = [list(self.states[i]) for i in range(self.n_layers)]
+            self._before = [list(s) for s in self.states]
             if any(r < width for r in self._real):
                 self.state_lengths = mx.array(self._real, dtype=mx.int32)
 

@@ -23,9 +23,7 @@ import numpy as np
 
 from engine.drafts.allocator import Offer, allocate
 from engine.drafts.copy_index import RecallIndex, Window
-from engine.drafts.cost_model import (
-    CostModel,
-)
+from engine.drafts.cost_model import CostModel
 from engine.drafts.verification import adjusted_probs, verify_greedy, verify_sampled
 from engine.events import (
     Event,
