@@ -17,6 +17,7 @@ from engine.model.cache_kinds import LayerKind, layer_kinds
 from engine.model.families import Family, family_for
 from engine.model.gguf import gguf_tokenizer, load_gguf
 from engine.model.locate import EMBEDDED, locate_model
+from engine.model.machine import return_freed_buffers
 from engine.model.round_check import check_rounds
 from engine.passes.choice import RoundPasses, choose
 
@@ -61,6 +62,7 @@ def load_model(spec: str | None = None) -> LoadedModel:
         warnings.append(slow)
     spec = spec or EMBEDDED
     path = locate_model(spec)
+    return_freed_buffers()
     if path.suffix == ".gguf":
         model, meta, ctx = load_gguf(path, quantized=on_gpu())
         tokenizer = gguf_tokenizer(meta, path)

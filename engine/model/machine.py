@@ -29,3 +29,28 @@ def drop_mlx_streams() -> None:
     process aborts at exit ("terminate called without an active exception"). Imports nothing."""
     if "mlx.core" in sys.modules:
         sys.modules["mlx.core"].clear_streams()
+
+
+# glibc's mallopt parameter, and the size from which a buffer gets pages of its own.
+_M_MMAP_THRESHOLD = -3
+MMAP_THRESHOLD = 1 << 20
+
+
+def return_freed_buffers() -> bool:
+    """Make large buffers the process frees go back to the system at once (glibc; else a no-op).
+
+    MLX on the CPU takes its arrays from malloc. glibc raises its mmap threshold each time a large
+    mapped block is freed (up to 32 MiB), after which buffers of a few MiB, the KV caches and
+    logits of every round, come from the heap's arenas; freed, they stay resident in fragments, and
+    an engine that runs for hours grows (``make soak``; docs/benchmarks.md). A fixed threshold gives
+    every buffer from 1 MiB its own pages, released when freed. Returns whether it was set.
+    """
+    if not sys.platform.startswith("linux"):
+        return False  # macOS's malloc returns large blocks itself; Metal buffers are not malloc's
+    import ctypes
+
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):  # a C library without mallopt (musl)
+        return False
+    return bool(mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD))
