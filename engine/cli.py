@@ -28,6 +28,8 @@ def main(argv: list[str] | None = None) -> int:
     bench.add_argument("--rounds", type=int, default=4)
     bench.add_argument("--warmup", type=int, default=0, help="unmeasured runs of every cell first (GPU kernels compile)")
     bench.add_argument("--max-tokens", type=int, default=None, help="override each line's max_tokens")
+    bench.add_argument("--streams", type=int, default=None,
+                       help="run this many streams: the workload's first ones, or its lines again in turn")
     bench.add_argument("--model", default=None, help="model (default: the embedded SmolLM2-135M)")
     bench.add_argument("--json", type=Path, default=None, help="write full results here")
 
@@ -140,7 +142,7 @@ def _bench(args: argparse.Namespace) -> int:
 
     from engine.bench.cell_specs import parse_cells
     from engine.bench.runner import markdown, run_bench
-    from engine.bench.workloads import load_workload
+    from engine.bench.workloads import at_streams, load_workload
     from engine.errors import LanesError
     from engine.model.loading import load_model
 
@@ -148,6 +150,8 @@ def _bench(args: argparse.Namespace) -> int:
     if args.rounds < 1:
         raise LanesError("--rounds must be at least 1")
     items = load_workload(args.workload, args.max_tokens)
+    if args.streams is not None:
+        items = at_streams(items, args.streams)
     loaded = load_model(args.model)
     for w in loaded.warnings:
         print(f"warning: {w}", file=sys.stderr)

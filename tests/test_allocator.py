@@ -170,6 +170,34 @@ def test_probe_grants_exactly_one_row() -> None:
     assert c.rows == (3, 0, 1, 0)
 
 
+# The embedded model 4-bit on the H200 (ms, measured 2026-12-02): every width ~7.0, host work 2.5 per round,
+# a round whose pass ran ahead 9.6 in all (its host work overlapped the pass).
+H200 = CostModel({(4, 1): 0.0070, (4, 8): 0.0071, (4, 16): 0.0073}, overhead=0.0025)
+
+
+def ahead_pending(cost: CostModel) -> Callable[[int, int, int], float]:
+    """A round's cost when a draft-free pass already queued must be dropped for it to draft."""
+    return lambda b, w, k: cost.cost(b, w, k) + cost.cost(b, 1)
+
+
+def test_a_round_run_ahead_is_kept_unless_the_copy_pays_for_both_passes() -> None:
+    # A middling window that pays over a fresh round (4.96 tokens / 9.6 ms vs 4 / 9.5 ms)...
+    middling = [Offer(0, 0.6, 16)]
+    assert allocate(middling, 4, H200.cost, H200.overhead).rows == (2, 0, 0, 0)
+    # ...is not worth dropping a pass already on the device: keeping it gives 4 tokens in 9.6 ms.
+    kept = allocate(middling, 4, ahead_pending(H200), H200.overhead, keep_seconds=0.0096)
+    assert kept.rows == (0, 0, 0, 0)
+    assert kept.expected_tokens == 4.0 and kept.seconds == 0.0096
+    # A long copy still is: 16 rows at 0.94 are worth 9.8 tokens.
+    copy = allocate([Offer(0, 0.94, 16)], 4, ahead_pending(H200), H200.overhead, keep_seconds=0.0096)
+    assert copy.rows == (16, 0, 0, 0)
+    assert copy.seconds == pytest.approx(H200.cost(4, 17) + H200.cost(4, 1) + H200.overhead)
+    # A pass that ran ahead but is dear to keep (a slow host) makes drafting the better deal again.
+    assert allocate(middling, 4, ahead_pending(H200), H200.overhead, keep_seconds=0.05).rows[0] > 0
+    with pytest.raises(ValueError):
+        allocate(middling, 4, H200.cost, 0.0, keep_seconds=0.0)
+
+
 def test_no_offers() -> None:
     a = allocate([], 3, CPU.cost, 0.002)
     assert a == Allocation(rows=(0, 0, 0), expected_tokens=3.0, seconds=CPU.cost(3, 1) + 0.002)

@@ -220,3 +220,17 @@ def test_observed_grouped_shapes_are_kept_apart() -> None:
     model.observe(4, 8, 0.500, wide=1)
     assert not model.groups_pay(4, 8, 1)  # once grouping is seen to cost more, rounds stay padded
     assert model.cost(4, 8, 1) == 0.218
+
+
+def test_kept_rounds_are_priced_from_what_they_took() -> None:
+    m = CostModel({(4, 1): 0.007, (4, 8): 0.0075}, overhead=0.0025, alpha=0.5)
+    assert m.kept(4) == m.cost(4, 1) == 0.007  # none seen: the pass alone (its host work overlapped)
+    assert m.kept(2) == m.cost(2, 1)  # another batch: the fit's answer
+    m.observe_kept(4, 0.010)
+    assert m.kept(4) == 0.010
+    m.observe_kept(4, 0.012)
+    assert m.kept(4) == pytest.approx(0.011)  # EMA, alpha 0.5
+    for bad in (0.0, -1.0, math.nan, math.inf):
+        m.observe_kept(4, bad)
+    assert m.kept(4) == pytest.approx(0.011)
+    assert m.kept(2) == m.cost(2, 1)  # batches apart

@@ -14,7 +14,7 @@ from engine.drafts.context_cost import NO_CONTEXT_COST, ContextCost
 from engine.drafts.copy_index import Window
 from engine.drafts.cost_model import CostModel
 from engine.events import Event, Finished, Request
-from engine.passes.choice import GENERIC
+from engine.passes.choice import ACCELERATOR, GENERIC
 from engine.rounds.scheduler import Scheduler
 from engine.rounds.stream import Stream
 from tests import prompts
@@ -52,7 +52,8 @@ def adversarial_proposer(rng: random.Random, refs: dict[str, list[int]], vocab: 
 
 
 def random_allocator(rng: random.Random):
-    def allocate(offers, n_streams, cost, overhead, max_width=32, min_row_value=MIN_ROW_VALUE) -> Allocation:
+    def allocate(offers, n_streams, cost, overhead, max_width=32, min_row_value=MIN_ROW_VALUE,
+                 keep_seconds=None) -> Allocation:
         rows = [0] * n_streams
         for o in offers:
             rows[o.stream] = rng.randint(0, o.max_rows)
@@ -61,12 +62,13 @@ def random_allocator(rng: random.Random):
     return allocate
 
 
-@pytest.mark.parametrize("mode", ["host", "grouped", "padded"])
+@pytest.mark.parametrize("mode", ["host", "grouped", "padded", "ahead"])
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_greedy_equals_mlx_lm_under_adversarial_drafts(loaded, reference, chat_prompt, monkeypatch, seed, mode) -> None:
     """Host: rounds without a prompt chunk run on numpy (engine.passes.numpy_pass), the CPU's default.
     Grouped: every round of several rows runs as a grouped pass (a llama numpy's pass does not know).
-    Padded: the generic pass, every round padded to its widest stream (with run-ahead, as on a GPU)."""
+    Padded: the generic pass, every round padded to its widest stream (run ahead where nothing can draft).
+    Ahead: a GPU's passes, every draft-free round's successor run ahead and dropped when it drafts."""
     grouped = mode == "grouped"
     rng = random.Random(seed)
     monkeypatch.setattr(CostModel, "groups_pay", lambda self, b, w, k, keys=0: grouped and k is not None and 0 < k < b and w > 1)
@@ -78,7 +80,8 @@ def test_greedy_equals_mlx_lm_under_adversarial_drafts(loaded, reference, chat_p
     monkeypatch.setattr(scheduler_mod, "allocate", random_allocator(rng))
 
     assert loaded.passes.numpy_pass is not None  # the CPU's default
-    passes = {"host": loaded.passes, "grouped": replace(loaded.passes, numpy_pass=None), "padded": GENERIC}[mode]
+    passes = {"host": loaded.passes, "grouped": replace(loaded.passes, numpy_pass=None), "padded": GENERIC,
+              "ahead": ACCELERATOR}[mode]
     events: list[Event] = []
     sched = Scheduler(replace(loaded, passes=passes), events.append)
     pending = []
@@ -99,7 +102,7 @@ def test_greedy_equals_mlx_lm_under_adversarial_drafts(loaded, reference, chat_p
     assert (sched.rounds_grouped > 0) == grouped
     assert (sched.rounds_host > 0) == (mode == "host")
     # Streams joined while others ran: their chunks rode in passes, where the passes let them.
-    assert (sched.chunks_ridden > 0) == (mode != "padded")
+    assert (sched.chunks_ridden > 0) == (mode in ("host", "grouped"))
     done = {e.request_id: e for e in events if isinstance(e, Finished)}
     assert len(done) == len(texts)
     for rid, ref in refs_by_id.items():
@@ -107,17 +110,15 @@ def test_greedy_equals_mlx_lm_under_adversarial_drafts(loaded, reference, chat_p
 
 
 @pytest.mark.parametrize("run_ahead_always", [False, True])
-def test_copy_drafts_land_and_match(loaded, reference, chat_prompt, monkeypatch, run_ahead_always) -> None:
+def test_copy_drafts_land_and_match(loaded, reference, chat_prompt, run_ahead_always) -> None:
     """With the real proposer and allocator, copies are accepted and tokens still equal.
 
-    With ``run_ahead_always`` every draft-free round runs ahead even when the next one drafts after
-    all: that early round must be dropped and its positions overwritten.
+    With ``run_ahead_always`` (an accelerator's passes, here on the CPU) every draft-free round runs
+    ahead even when the next one drafts after all: that early round must be dropped and its positions
+    overwritten.
     """
     events: list[Event] = []
-    # numpy's passes never run ahead: the generic pass does (a GPU's)
-    sched = Scheduler(replace(loaded, passes=GENERIC) if run_ahead_always else loaded, events.append)
-    if run_ahead_always:
-        monkeypatch.setattr(Stream, "surely_draft_free_next", lambda self, recall: True)
+    sched = Scheduler(replace(loaded, passes=ACCELERATOR) if run_ahead_always else loaded, events.append)
     reqs = [Request(prompt_tokens=tuple(chat_prompt(t)), max_tokens=64, own_copy_rates=False)
             for t in (prompts.COPY, prompts.CODE)]
     for r in reqs:
@@ -126,7 +127,7 @@ def test_copy_drafts_land_and_match(loaded, reference, chat_prompt, monkeypatch,
         sched.step()
         for row, s in enumerate(sched.active):
             assert sched.lanes.lengths[row] == len(s.prompt) + len(s.output) - 1
-    assert (sched.rounds_ahead > 0) or not run_ahead_always
+    assert (sched.rounds_ahead > 0 and sched.aheads_dropped > 0) or not run_ahead_always
     done = {e.request_id: e for e in events if isinstance(e, Finished)}
     for r in reqs:
         assert list(done[r.id].tokens) == reference(list(r.prompt_tokens or ()), 64)

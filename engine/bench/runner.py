@@ -40,6 +40,7 @@ class CellRun:
     host_s: float = 0.0
     rounds: int = 0
     rounds_ahead: int = 0  # rounds started before the previous round's tokens reached the host
+    aheads_dropped: int = 0  # rounds run ahead, then dropped because the round drafted after all
     rounds_grouped: int = 0  # rounds run as a grouped pass (engine.passes.grouped)
     rounds_host: int = 0  # rounds run by numpy (engine.passes.numpy_pass)
     chunks_ridden: int = 0  # prefill chunks computed inside a round's pass
@@ -110,6 +111,7 @@ def run_lanes(loaded: LoadedModel, items: list[WorkItem], costs: CostModel, cell
     run.seconds = time.perf_counter() - t0
     run.forward_s, run.host_s, run.rounds = sched.forward_s, sched.host_s, sched.round
     run.rounds_ahead = sched.rounds_ahead
+    run.aheads_dropped = sched.aheads_dropped
     run.rounds_grouped = sched.rounds_grouped
     run.rounds_host = sched.rounds_host
     run.chunks_ridden = sched.chunks_ridden
@@ -241,7 +243,7 @@ def _summarise(
             rounds_json.append({
                 "tok_s": run.tok_s, "seconds": run.seconds, "tokens": run.generated, "streams": streams,
                 "forward_s": run.forward_s, "host_s": run.host_s, "engine_rounds": run.rounds,
-                "rounds_ahead": run.rounds_ahead,
+                "rounds_ahead": run.rounds_ahead, "aheads_dropped": run.aheads_dropped,
                 "rounds_grouped": run.rounds_grouped, "rounds_host": run.rounds_host,
                 "chunks_ridden": run.chunks_ridden,
                 "accepted_per_window": run.histogram,

@@ -38,3 +38,18 @@ def load_workload(path: Path, max_tokens: int | None = None) -> list[WorkItem]:
     if not items:
         raise LanesError(f"{path}: no streams in workload")
     return items
+
+
+def at_streams(items: list[WorkItem], streams: int) -> list[WorkItem]:
+    """``streams`` streams from a workload: its first ones, or all of them in turn again, each
+    repeat with its own id (``refrigerator#2``), so one workload measures 1 to 16 streams.
+
+    >>> w = [WorkItem("a", (), 8), WorkItem("b", (), 8)]
+    >>> [i.id for i in at_streams(w, 1)], [i.id for i in at_streams(w, 5)]
+    (['a'], ['a', 'b', 'a#2', 'b#2', 'a#3'])
+    """
+    if streams < 1:
+        raise LanesError(f"--streams must be at least 1, got {streams}")
+    return [items[n % len(items)] if n < len(items) else
+            WorkItem(f"{items[n % len(items)].id}#{n // len(items) + 1}", items[n % len(items)].messages,
+                     items[n % len(items)].max_tokens) for n in range(streams)]

@@ -20,6 +20,10 @@ Algorithm
    and ties keep the shorter prefix.
 4. Probe offers whose stream got no row get exactly one row added afterwards, outside the pricing.
 
+When a draft-free round is already on the device (it ran ahead: ``engine.rounds.run_ahead``), the
+empty prefix costs ``keep_seconds`` (what a round that ran ahead takes) instead of a width-1 pass
+plus overhead, and the caller adds the dropped pass to ``cost``: drafting must then pay for both.
+
 Rows worth less than ``MIN_ROW_VALUE`` are never candidates, and a window whose first row is less
 likely to land than not (row 1 worth less than ``MIN_FIRST_ROW``) gets no rows at all. Inside a
 pass that another stream has already widened, such rows cost no extra compute, so pure throughput would take them;
@@ -43,6 +47,11 @@ s0 rows 1..16 (0.940, 0.884, 0.831, ... 0.371).
     s0:1-16               13.845    17   0.3541    39.1
 
 Result: rows (3, 0), expected_tokens 6.654, seconds 0.145.
+
+The same offer on a GPU (ms: every width 7.0, overhead 2.5) with a round already run ahead that
+takes 9.6 ms to keep, so drafting costs 7.0 + 2.5 + the dropped 7.0 = 16.5 ms: keeping gives 4 /
+9.6 = 0.417 tokens/ms; s0:1-16 gives 13.845 / 16.5 = 0.839, so the copy is still worth starting.
+A window at r=0.6 (row 1 worth 0.6, rows 1-2 worth 0.96) gives at best 4.96 / 16.5 = 0.30: kept.
 """
 
 from __future__ import annotations
@@ -88,6 +97,7 @@ def allocate(
     overhead: float,
     max_width: int = 32,
     min_row_value: float = MIN_ROW_VALUE,
+    keep_seconds: float | None = None,
 ) -> Allocation:
     """Grant draft rows to maximise expected tokens per second this round (see module docstring).
 
@@ -95,12 +105,16 @@ def allocate(
     widest, ``wide`` of them drafting (e.g. ``CostModel.cost``, which prices padding). At most one offer
     per stream. Rates outside [0, 1] are clamped (NaN reads as 0); ``max_width`` caps W, so a stream
     gets at most ``max_width - 1`` draft rows, and with ``max_width == 1`` nobody drafts, probes
-    included. ``min_row_value`` replaces ``MIN_ROW_VALUE`` (a family setting).
+    included. ``min_row_value`` replaces ``MIN_ROW_VALUE`` (a family setting). ``keep_seconds``, when
+    given, is what the round costs with no draft rows (a round that ran ahead; module docstring).
 
     >>> cpu = {1: 0.101, 2: 0.1157, 3: 0.1303, 4: 0.145, 5: 0.1633}
     >>> a = allocate([Offer(0, 0.94, 4)], 4, lambda b, w, k: cpu[w], 0.0)
     >>> a.rows, round(a.expected_tokens, 3), a.seconds
     ((3, 0, 0, 0), 6.654, 0.145)
+    >>> gpu = lambda b, w, k: 0.007 + 0.007  # a width-w pass, plus the pass that ran ahead, dropped
+    >>> allocate([Offer(0, 0.6, 4)], 4, gpu, 0.0025, keep_seconds=0.0096).rows
+    (0, 0, 0, 0)
     """
     if n_streams < 1:
         raise ValueError(f"n_streams must be >= 1, got {n_streams}")
@@ -108,6 +122,8 @@ def allocate(
         raise ValueError(f"max_width must be >= 1, got {max_width}")
     if not (math.isfinite(overhead) and overhead >= 0.0):
         raise ValueError(f"overhead must be finite and >= 0, got {overhead!r}")
+    if keep_seconds is not None and not (math.isfinite(keep_seconds) and keep_seconds > 0.0):
+        raise ValueError(f"keep_seconds must be finite and > 0, got {keep_seconds!r}")
 
     row_cap = max_width - 1
     priced: list[Offer | None] = [None] * n_streams  # offers with rates clamped to [0, 1]
@@ -129,7 +145,7 @@ def allocate(
             probes.append(s)
 
     # Only a few (width, drafting streams) pairs occur, so price each once.
-    round_seconds: dict[tuple[int, int], float] = {}
+    round_seconds: dict[tuple[int, int], float] = {} if keep_seconds is None else {(1, 0): keep_seconds}
 
     def seconds_at(width: int, wide: int) -> float:
         t = round_seconds.get((width, wide))

@@ -170,6 +170,7 @@ class CostModel:
         self._scale = 1.0  # DEFAULT_CURVE multiplier when the fit is not identifiable
         self._overhead = float(overhead)
         self._overhead_seen = False
+        self._kept: dict[int, float] = {}  # batch -> seconds of a round that ran ahead, whole
         for (batch, width), seconds in (samples or {}).items():
             _check_shape(batch, width)
             if not _valid_seconds(seconds):
@@ -206,6 +207,27 @@ class CostModel:
             self._overhead += self.alpha * (seconds - self._overhead)
         else:
             self._overhead, self._overhead_seen = seconds, True
+
+    def kept(self, batch: int, keys: int = 0) -> float:
+        """Seconds of a whole round whose draft-free pass ran ahead (``engine.rounds.run_ahead``): its
+        host work overlapped the pass. Until one is observed, a width-1 pass without overhead.
+
+        >>> m = CostModel({(4, 1): 0.007, (4, 8): 0.0075}, overhead=0.0025)
+        >>> m.kept(4)
+        0.007
+        >>> m.observe_kept(4, 0.0096)
+        >>> m.kept(4)
+        0.0096
+        """
+        seen = self._kept.get(batch)
+        return seen if seen is not None else self.cost(batch, 1, keys=keys)
+
+    def observe_kept(self, batch: int, seconds: float) -> None:
+        """Fold one whole round that ran ahead into ``kept(batch)``'s average."""
+        if not _valid_seconds(seconds):
+            return
+        seen = self._kept.get(batch)
+        self._kept[batch] = float(seconds) if seen is None else seen + self.alpha * (seconds - seen)
 
     def observe(self, batch: int, width: int, seconds: float, wide: int | None = None, keys: int = 0) -> None:
         """Fold one timed B x W pass over ``keys`` keys into that shape's base average; refit the fallback.

@@ -5,6 +5,9 @@
   really copies, so its benchmark means something.
 - any key of ``RANDOM``: random weights of that architecture, tiny, one per cache kind Lanes rolls
   back (plain KV, sliding windows, short convolutions, gated delta nets, Mamba2 SSMs).
+- any key of ``SHAPED``: random weights in the shape of a model people run, quantized as they run
+  it, for benchmarks of speed only (``lanes bench --model``): what a larger model's passes cost,
+  without a download. Its text is noise, so its copy rates say nothing.
 
 Every folder is what mlx-lm writes (``config.json``, safetensors, the embedded tokenizer), so it
 loads through ``lanes --model FOLDER`` like any downloaded model.
@@ -64,7 +67,16 @@ RANDOM: dict[str, dict[str, Any]] = {
         use_conv_bias=True, tie_word_embeddings=True, time_step_limit=(0.0, float("inf")), time_step_rank="auto",
     ),
 }
-KINDS = ("embedded-as-qwen2", *RANDOM)
+# Llama-3.2-1B's shape (hidden 2048, 16 layers, 32 query and 8 KV heads, MLP 8192, tied embeddings),
+# 4-bit as mlx-community ships it; the vocabulary is the embedded tokenizer's (128,256 in Llama's own).
+SHAPED: dict[str, tuple[dict[str, Any], int]] = {
+    "llama-1b-4bit": (dict(
+        model_type="llama", hidden_size=2048, num_hidden_layers=16, intermediate_size=8192, num_attention_heads=32,
+        num_key_value_heads=8, head_dim=64, rms_norm_eps=1e-5, vocab_size=VOCAB, max_position_embeddings=131072,
+        rope_theta=500000.0, tie_word_embeddings=True,
+    ), 4),
+}
+KINDS = ("embedded-as-qwen2", *RANDOM, *SHAPED)
 
 
 def _save(folder: Path, model: Any, config: dict[str, Any], tokenizer: Any) -> Path:
@@ -77,13 +89,20 @@ def _save(folder: Path, model: Any, config: dict[str, Any], tokenizer: Any) -> P
     return folder
 
 
-def random_model(arch: str, folder: Path, tokenizer: Any, seed: int = 0) -> Path:
-    """``arch``'s tiny model (``RANDOM``) with seeded random weights, saved to ``folder``."""
-    module = importlib.import_module(f"mlx_lm.models.{arch}")
-    config = dict(RANDOM[arch])
+def random_model(config: dict[str, Any], folder: Path, tokenizer: Any, bits: int | None = None, seed: int = 0) -> Path:
+    """A model of ``config`` (``RANDOM``, ``SHAPED``) with seeded random weights, quantized to ``bits``
+    as mlx-lm quantizes (groups of 64) where given, saved to ``folder``."""
+    import mlx.nn as nn
+
+    module = importlib.import_module(f"mlx_lm.models.{config['model_type']}")
+    config = dict(config)
     mx.random.seed(seed)
     model = module.Model(module.ModelArgs.from_dict(config))
     mx.eval(model.parameters())
+    if bits is not None:
+        nn.quantize(model, group_size=64, bits=bits)
+        config["quantization"] = {"group_size": 64, "bits": bits}
+        mx.eval(model.parameters())
     return _save(folder, model, config, tokenizer)
 
 
@@ -119,7 +138,9 @@ def make(kind: str, folder: Path, embedded: Any) -> Path:
     model (its tokenizer, and for ``embedded-as-qwen2`` its weights)."""
     if kind == "embedded-as-qwen2":
         return embedded_as_qwen2(embedded, folder)
+    if kind in SHAPED:
+        return random_model(SHAPED[kind][0], folder, embedded.tokenizer, bits=SHAPED[kind][1])
     if kind not in RANDOM:
         raise ValueError(f"unknown model kind '{kind}' (known: {', '.join(KINDS)})")
-    return random_model(kind, folder, embedded.tokenizer)
+    return random_model(RANDOM[kind], folder, embedded.tokenizer)
 

@@ -13,6 +13,13 @@ tests/test_fidelity.py) and measured against it side by side in ``make bench-fam
   (``engine.passes.rope_table``), where MLX's CPU kernels are slow;
 - rounds without a chunk computed by numpy itself (``engine.passes.numpy_pass``).
 
+On an accelerator (a GPU: CUDA, Metal) a pass takes a few milliseconds and the host's work per round
+is as dear, so the generic pass there runs every draft-free round's successor ahead, before knowing
+whether it will draft (``speculate_ahead``; ``engine.rounds.run_ahead``): the device computes while
+the host verifies, and the allocator prices dropping that pass against keeping it. On the CPU the
+dropped pass would be compute taken from the next one, so the CPU runs ahead only when no stream can
+draft next round.
+
 Nothing else chooses: the scheduler reads ``LoadedModel.passes``; a test or a benchmark that wants
 another choice loads the model with it (``dataclasses.replace(loaded, passes=GENERIC)``).
 """
@@ -41,6 +48,7 @@ class RoundPasses:
     rope_table: bool = False  # rotary cosines and sines made once a pass
     numpy_pass: HostPass | None = None  # rounds without a chunk computed by numpy
     row_multiple: int = 1  # flattened rows of a grouped pass padded to a multiple of this
+    speculate_ahead: bool = False  # run a draft-free round's successor ahead even if it may draft
 
     def prefill(self, model: nn.Module, tokens: Sequence[int], caches: Sequence[Any]) -> None:
         """Append ``tokens`` to one stream's ``caches``: the transformer body only (prefill needs
@@ -54,6 +62,7 @@ class RoundPasses:
 
 
 GENERIC = RoundPasses("generic")
+ACCELERATOR = RoundPasses("generic-ahead", speculate_ahead=True)
 
 
 def llama_cpu(model: nn.Module) -> RoundPasses:
@@ -64,9 +73,9 @@ def llama_cpu(model: nn.Module) -> RoundPasses:
 
 def choose(model: nn.Module, device: str) -> RoundPasses:
     """The passes for ``model`` on ``device`` ("cpu" or "gpu")."""
-    if device == "cpu" and supports_grouped(model):
-        return llama_cpu(model)
-    return GENERIC
+    if device != "cpu":
+        return ACCELERATOR
+    return llama_cpu(model) if supports_grouped(model) else GENERIC
 
 
 def body_of(model: nn.Module) -> nn.Module:

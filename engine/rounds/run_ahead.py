@@ -22,11 +22,12 @@ def claim(sched: Scheduler, plan: RoundPlan, width: int) -> mx.array | None:
     the round is then computed afresh and overwrites the positions it wrote.
     """
     ahead, sched.ahead = sched.ahead, None
-    if ahead is None or width != 1:
+    if ahead is None:
         return None
     rows = {id(s): i for i, s in enumerate(ahead.streams)}
     index = [rows.get(id(s)) for s in plan.streams]
-    if any(i is None for i in index):
+    if width != 1 or any(i is None for i in index):
+        sched.aheads_dropped += 1
         return None
     sched.rounds_ahead += 1
     if index == list(range(len(ahead.streams))):
@@ -38,17 +39,18 @@ def claim(sched: Scheduler, plan: RoundPlan, width: int) -> mx.array | None:
 def start(sched: Scheduler, plan: RoundPlan, width: int, sampling: list[int], choices: mx.array) -> bool:
     """Start the next round before this one's tokens reach the host, when nothing can change it.
 
-    That holds when this round drafts nothing, samples nothing, no stream is joining, and no
-    stream can offer a copy window next round whatever token it gets now
-    (``Stream.surely_draft_free_next``): then every stream keeps exactly one position and the
-    next round's inputs are this round's greedy choices, still on the device. The next pass is
+    That holds when this round drafts nothing, samples nothing, no stream is joining, and either
+    the passes speculate (an accelerator's: ``RoundPasses.speculate_ahead``; the next round's
+    allocator then prices dropping it) or no stream can offer a copy window next round whatever
+    token it gets now (``Stream.surely_draft_free_next``): then every stream keeps exactly one
+    position and the next round's inputs are this round's greedy choices, still on the device. The next pass is
     queued behind this one, so building its graph and this round's host work overlap the
     computation (mlx-lm's ``batch_generate`` overlaps its steps the same way). Returns whether
     the lanes were advanced here (each stream by one position).
     """
     if width != 1 or sampling or sched.joining or sched.lanes.recurrent:
         return False  # a recurrent state, once advanced, could not be overwritten like keys
-    if not all(s.surely_draft_free_next(sched.recall) for s in plan.streams):
+    if not (sched.passes.speculate_ahead or all(s.surely_draft_free_next(sched.recall) for s in plan.streams)):
         return False
     for row in range(len(plan.streams)):
         sched.lanes.advance(row, 1)

@@ -1,21 +1,18 @@
 """Shared rounds: every active stream advances in one batched forward pass.
 
-``Scheduler.step()`` runs one round for the active streams and at most one
-prefill chunk of a joining stream. Where the model has grouped passes
-(``engine.passes.grouped``) the chunk rides in the round's own pass, so running streams
-keep their pace while a long prompt joins; elsewhere it runs after the round, and
-stalls them by at most one chunk. On the CPU a round without a chunk runs on numpy
+``Scheduler.step()`` runs one round for the active streams and at most one prefill chunk of a joining
+stream. Where the model has grouped passes (``engine.passes.grouped``) the chunk rides in the round's
+own pass, so running streams keep their pace while a long prompt joins; elsewhere it runs after the
+round, and stalls them by at most one chunk. On the CPU a round without a chunk runs on numpy
 (``engine.passes.numpy_pass``), for the models it knows. It runs on whichever single thread owns MLX
 (the engine thread, or the benchmark's main thread) and reports through ``emit``.
 """
-
 from __future__ import annotations
 
 import itertools
 import logging
 import time
 from collections.abc import Callable
-from functools import partial
 from typing import Any
 
 import mlx.core as mx
@@ -101,7 +98,7 @@ class Scheduler:
         self.host_s = 0.0  # summed over rounds: everything else in a round
         self.histogram: dict[int, int] = {}  # drafts accepted per verified window -> windows
         self.ahead: RunAhead | None = None
-        self.rounds_ahead = 0  # rounds that ran ahead (engine.rounds.run_ahead)
+        self.rounds_ahead, self.aheads_dropped = 0, 0  # rounds run ahead and kept, or dropped (run_ahead)
         self.rounds_grouped = 0  # rounds the cost model ran as a grouped pass (engine.passes.grouped)
         self.rounds_host = 0  # rounds run by numpy (engine.passes.numpy_pass)
         self.chunks_ridden = 0  # prefill chunks computed inside a round's (grouped) pass
@@ -251,9 +248,12 @@ class Scheduler:
                 rate, first = s.price(w)
                 offers.append(Offer(stream=i, rate=rate, max_rows=len(w.tokens), probe=probe, first_rate=first))
         if offers:
-            cost = partial(self.costs.cost, keys=max(self.lanes.lengths))
-            alloc = allocate(offers, len(self.active), cost, self.costs.overhead,
-                             min_row_value=self.loaded.family.min_row_value)
+            keys, batch, ahead = max(self.lanes.lengths), len(self.active), self.ahead is not None
+            # A round run ahead is kept at its price, or dropped: drafting then pays for its pass too.
+            dropped = self.costs.cost(batch, 1, keys=keys) if ahead else 0.0
+            alloc = allocate(offers, batch, lambda b, w, k: self.costs.cost(b, w, k, keys=keys) + dropped,
+                             self.costs.overhead, min_row_value=self.loaded.family.min_row_value,
+                             keep_seconds=self.costs.kept(batch, keys) if ahead else None)
             rows = list(alloc.rows)
         else:
             rows = [0] * len(self.active)
@@ -304,6 +304,8 @@ class Scheduler:
             # numpy's pass is unpadded, as a grouped one is; with no stream drafting both are uniform.
             wide = r.wide if r.kind == "grouped" or (r.kind == "host" and r.wide) else None
             self.costs.observe(r.batch, r.width, forward_s, wide, r.keys)
+        elif r.kind == "ahead":
+            self.costs.observe_kept(r.batch, forward_s + host_s)
         self.costs.observe_overhead(host_s)
         return r.chunk is not None
 
