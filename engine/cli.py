@@ -102,8 +102,9 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("move-aside", parents=[data], help="rename an unusable database so Lanes starts fresh")
 
     make = sub.add_parser("make-model", help="write a model folder for tests and benchmarks (engine/made_models.py)")
-    make.add_argument("kind", help="embedded-as-qwen2, or an architecture for tiny random weights "
-                      "(qwen3, gemma3_text, gpt_oss, lfm2, qwen3_next, nemotron_h, mamba2)")
+    make.add_argument("kind", help="embedded-as-qwen2, an architecture for tiny random weights "
+                      "(qwen3, gemma3_text, gpt_oss, lfm2, qwen3_next, nemotron_h, mamba2), or a model's shape "
+                      "with random weights, for speed only (llama-1b-4bit)")
     make.add_argument("folder", type=Path)
 
     bstore = sub.add_parser("bench-store", help="time the store at scale (synthetic data, temp folder)")
@@ -113,6 +114,10 @@ def main(argv: list[str] | None = None) -> int:
     bstore.add_argument("--repeats", type=int, default=20)
     bstore.add_argument("--json", type=Path, default=None, help="write results here")
 
+    report = sub.add_parser("bench-report", help="remake docs/benchmarks.md's tables from the JSON in docs/bench/")
+    report.add_argument("--page", type=Path, default=Path("docs/benchmarks.md"))
+    report.add_argument("--results", type=Path, default=Path("docs/bench"))
+
     args = parser.parse_args(argv)
     from engine.errors import LanesError
 
@@ -121,6 +126,11 @@ def main(argv: list[str] | None = None) -> int:
             return _bench(args)
         if args.command == "make-model":
             return _make_model(args)
+        if args.command == "bench-report":
+            from engine.bench.report import update
+
+            print(f"{args.page}: {'updated' if update(args.page, args.results) else 'already current'}")
+            return 0
         if args.command == "soak":
             from engine.bench import soak
 

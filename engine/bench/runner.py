@@ -220,7 +220,8 @@ def _summarise(
     costs: CostModel,
 ) -> dict[str, Any]:
     out: dict[str, Any] = {"cells": {}, "machine": machine(), "model": loaded.name, "streams": len(items),
-                           "passes": loaded.passes.name, "device": loaded.device}
+                           "passes": loaded.passes.name, "device": loaded.device,
+                           "measured": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
     prompt_of = {it.id: p for it, p in zip(items, prompts, strict=True)}
     for cell, res in results.items():
         runs: list[CellRun] = res["rounds"]

@@ -3,6 +3,10 @@
 A family is matched from the model's name and architecture. ``own_copy_rates`` is
 off unless a measured A/B in ``docs/benchmarks.md`` shows the family gains from it;
 each request may override it (the comparison pane and the benchmark flip it).
+
+What pays differs by device: on the CPU a verified row costs a large part of a round, on a GPU
+next to nothing. ``on_device`` holds a family's settings for one device kind ("cpu", "cuda",
+"metal"), each from an A/B on that kind; ``family_for`` applies the kind the model runs on.
 """
 
 from __future__ import annotations
@@ -10,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
+from typing import Any
 
 from engine.drafts.allocator import MIN_ROW_VALUE
 from engine.drafts.copy_rates import DOUBT_PRIOR
@@ -41,8 +46,16 @@ class Family:
     # A started window's rows are verified while worth at least this (engine.drafts.allocator); lower lets
     # windows run longer where rows are cheap next to a round, at the price of rows past a break.
     min_row_value: float = MIN_ROW_VALUE
+    # Settings of this family on one device kind, replacing the ones above there (module docstring).
+    on_device: Mapping[str, Mapping[str, Any]] = field(default_factory=lambda: MappingProxyType({}))
+
+    def for_device(self, kind: str) -> Family:
+        """This family with its settings for device ``kind`` ("cpu", "cuda", "metal") applied."""
+        settings = self.on_device.get(kind)
+        return replace(self, **settings) if settings else self
 
 
+DEVICE_KINDS = ("cpu", "cuda", "metal")
 DEFAULT = Family(name="default")
 
 # Keyed by a lower-case substring of the model's name, checked in order.
@@ -58,13 +71,16 @@ _REGISTRY: tuple[tuple[str, Family], ...] = (
 )
 
 
-def family_for(model_name: str, model_type: str = "") -> Family:
-    """The registry entry whose key appears in the model's name or type, else DEFAULT."""
+def family_for(model_name: str, model_type: str = "", device: str = "cpu") -> Family:
+    """The registry entry whose key appears in the model's name or type, else DEFAULT, with its
+    settings for the ``device`` kind the model runs on."""
+    if device not in DEVICE_KINDS:
+        raise ValueError(f"unknown device kind {device!r} (known: {', '.join(DEVICE_KINDS)})")
     haystack = f"{model_name} {model_type}".lower()
     for key, family in _REGISTRY:
         if key in haystack:
-            return family
-    return replace(DEFAULT, name=model_type or "default")
+            return family.for_device(device)
+    return replace(DEFAULT, name=model_type or "default").for_device(device)
 
 
 def registered() -> tuple[Family, ...]:

@@ -51,6 +51,13 @@ def on_gpu() -> bool:
     return mx.default_device() == mx.gpu
 
 
+def device_kind() -> str:
+    """The kind of device the model runs on: "cpu", or the GPU's backend, "metal" or "cuda"."""
+    if not on_gpu():
+        return "cpu"
+    return "metal" if mx.metal.is_available() else "cuda"
+
+
 def load_model(spec: str | None = None) -> LoadedModel:
     """Load ``spec``: None/"embedded", a .gguf file, a local mlx-lm folder, or a
     Hugging Face repo id already in the local cache. Raises ModelLoadError naming
@@ -67,11 +74,11 @@ def load_model(spec: str | None = None) -> LoadedModel:
         model, meta, ctx = load_gguf(path, quantized=on_gpu())
         tokenizer = gguf_tokenizer(meta, path)
         name = "SmolLM2-135M-Instruct" if spec == EMBEDDED else path.stem
-        family = family_for(f"{name} {meta.get('general.basename', '')}", "llama")
+        family = family_for(f"{name} {meta.get('general.basename', '')}", "llama", device_kind())
     else:
         model, tokenizer, ctx = _load_mlx_lm(path)
         name = spec
-        family = family_for(spec, getattr(getattr(model, "args", None), "model_type", ""))
+        family = family_for(spec, getattr(getattr(model, "args", None), "model_type", ""), device_kind())
     device = "gpu" if on_gpu() else "cpu"
     kinds = state_replay.prepare(model, layer_kinds(model, name))
     check_rounds(model, kinds, name)

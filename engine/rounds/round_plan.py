@@ -43,6 +43,7 @@ class Round:
     chunk: Chunk | None  # a joining prompt's chunk riding in the pass
     ahead: mx.array | None  # the choices a round that ran ahead computed
     keys: int  # the longest context: a padded pass attends every stream over it
+    waited: bool = False  # a pass run ahead was dropped for it: its timing includes that pass
 
     @property
     def batch(self) -> int:

@@ -187,8 +187,7 @@ class Scheduler:
             self._prefill_chunk(compute=not rode)
 
     def calibrate(self, repeats: int = 2) -> None:
-        """Time the forward pass at a few shapes on this machine, before any stream
-        (``engine.rounds.calibration``)."""
+        """Time the forward pass at a few shapes here, before any stream (``engine.rounds.calibration``)."""
         calibrate(self, repeats)
 
     # -- internals -----------------------------------------------------------
@@ -207,10 +206,8 @@ class Scheduler:
         return min(job.done + self.prefill_chunk, len(job.stream.prompt) - 1)
 
     def _rider(self) -> Joining | None:
-        """The joining stream whose next chunk can ride in this round's pass, if any.
-
-        Not while a round that ran ahead is pending: its pass is already queued.
-        """
+        """The joining stream whose next chunk can ride in this round's pass, if any (not while a round
+        that ran ahead is pending: its pass is already queued)."""
         if not self.joining or self.ahead is not None or not self.costs.grouped:
             return None
         job = self.joining[0]
@@ -249,11 +246,12 @@ class Scheduler:
                 offers.append(Offer(stream=i, rate=rate, max_rows=len(w.tokens), probe=probe, first_rate=first))
         if offers:
             keys, batch, ahead = max(self.lanes.lengths), len(self.active), self.ahead is not None
-            # A round run ahead is kept at its price, or dropped: drafting then pays for its pass too.
+            # Where draft-free rounds run ahead, one costs what such rounds take; a round already run
+            # ahead is kept at that price, or dropped: drafting then pays for its pass too.
             dropped = self.costs.cost(batch, 1, keys=keys) if ahead else 0.0
+            keep = self.costs.kept(batch, keys) if ahead or self.passes.speculate_ahead else None
             alloc = allocate(offers, batch, lambda b, w, k: self.costs.cost(b, w, k, keys=keys) + dropped,
-                             self.costs.overhead, min_row_value=self.loaded.family.min_row_value,
-                             keep_seconds=self.costs.kept(batch, keys) if ahead else None)
+                             self.costs.overhead, min_row_value=self.loaded.family.min_row_value, keep_seconds=keep)
             rows = list(alloc.rows)
         else:
             rows = [0] * len(self.active)
@@ -299,8 +297,8 @@ class Scheduler:
         host_s = time.perf_counter() - t_start - forward_s
         self.forward_s += forward_s
         self.host_s += host_s
-        # A round that ran ahead waited for part of a pass, one with a chunk for more than its rows.
-        if r.kind in ("host", "grouped", "padded") and r.chunk is None:
+        # Not timed: a round that ran ahead or waited for a dropped one (part of a pass, or two), a chunk's.
+        if r.kind in ("host", "grouped", "padded") and r.chunk is None and not r.waited:
             # numpy's pass is unpadded, as a grouped one is; with no stream drafting both are uniform.
             wide = r.wide if r.kind == "grouped" or (r.kind == "host" and r.wide) else None
             self.costs.observe(r.batch, r.width, forward_s, wide, r.keys)
@@ -316,11 +314,13 @@ class Scheduler:
         rows = [[s.last_token, *d] for s, d in zip(plan.streams, drafts, strict=True)]
         sampling = [i for i, s in enumerate(plan.streams) if s.request.temperature > 0]
         width = 1 + max(plan.rows)
+        dropped = self.aheads_dropped
         ahead = run_ahead.claim(self, plan, width)
         chunk = None
         if rider is not None and ahead is None:
             chunk = Chunk(rider.stream.prompt[rider.done : self._chunk_end(rider)], rider.caches)
-        r = Round(plan, drafts, rows, sampling, "padded", chunk, ahead, keys=max(self.lanes.lengths))
+        r = Round(plan, drafts, rows, sampling, "padded", chunk, ahead, keys=max(self.lanes.lengths),
+                  waited=self.aheads_dropped > dropped)
         if ahead is not None:
             r.kind = "ahead"
         elif chunk is None and self.passes.numpy_pass is not None:
@@ -409,8 +409,8 @@ class Scheduler:
         return done, failures
 
     def padded(self, lanes: LaneCache, tokens: mx.array) -> mx.array:
-        """A padded pass's logits (after ``lanes.begin_round``): mlx-lm's model, or on the CPU the
-        same arithmetic with the rotary table made once (``engine.passes.padded``)."""
+        """A padded pass's logits (after ``lanes.begin_round``): mlx-lm's model, or its arithmetic with
+        the rotary table made once (``engine.passes.padded``)."""
         if self.passes.rope_table:
             return padded_logits(self.model, lanes, tokens)
         return self.model(tokens, cache=lanes.views)

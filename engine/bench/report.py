@@ -1,0 +1,99 @@
+"""docs/benchmarks.md's throughput tables, made from the JSON results in docs/bench/ (``lanes bench-report``).
+
+One table per device (``cpu-*.json``, ``gpu-*.json``; the soak's, the store's and the window's results have
+sections of their own). A row per result file: one workload at one number of streams on one model, each
+cell's median tok/s, and the ratios the issues set targets on, every one between cells measured side
+by side in that run. The baseline is ``mlx-lm-batch`` where it ran, else ``mlx-lm`` (one stream after
+another). A row of the copy-heavy workload at 4 streams where plain ran 352.6 tok/s, on 528.7 and
+mlx-lm-batch 325.7 reads ``plain / base`` 1.08, ``on / base`` 1.62 and ``on / plain`` 1.50.
+
+The page keeps its prose; only the text between ``BEGIN`` and ``END`` under each device's heading is
+replaced, so the page cannot drift from the files (tests/test_bench_report.py checks it).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+BEGIN = "<!-- bench-report {device}: made from docs/bench/{device}-*.json by `lanes bench-report` -->"
+END = "<!-- /bench-report {device} -->"
+DEVICES = ("gpu", "cpu")
+NOT_THROUGHPUT = ("soak", "store", "ui")  # results with sections of their own
+ORDER = ("copy-heavy", "no-copy", "mixed", "heldout-copy", "heldout-mixed", "long-context")
+
+
+def _ratio(a: float | None, b: float | None) -> str:
+    return "-" if a is None or b is None or b <= 0 else f"{a / b:.2f}"
+
+
+def _median(result: dict[str, Any], cell: str) -> float | None:
+    c = result["cells"].get(cell)
+    return None if c is None else c["median_tok_s"]
+
+
+def _baseline(result: dict[str, Any]) -> str | None:
+    return next((c for c in ("mlx-lm-batch", "mlx-lm") if c in result["cells"]), None)
+
+
+def row(name: str, result: dict[str, Any]) -> str:
+    """One result file's row (``name``: the file's name without ``DEVICE-`` and ``.json``)."""
+    base = _baseline(result)
+    b = _median(result, base) if base else None
+    plain, on = _median(result, "plain"), _median(result, "on")
+    lanes = [f"{cell} {c['median_tok_s']:.1f}" for cell, c in result["cells"].items() if cell != base]
+    workload = Path(result.get("workload", name)).stem
+    equal = min(c["equal_streams"] for c in result["cells"].values())
+    return "| " + " | ".join([
+        name, workload, f"{Path(result['model']).name} ({result.get('passes', '-')})", str(result["streams"]),
+        "-" if base is None or b is None else f"{base} {b:.1f}", ", ".join(lanes),
+        _ratio(plain, b), _ratio(on, b), _ratio(on, plain), f"{equal}/{result['streams']}",
+        result.get("measured", "-"),
+    ]) + " |"
+
+
+def _key(name: str, result: dict[str, Any]) -> tuple[str, int, int, str]:
+    workload = Path(result.get("workload", name)).stem
+    rank = ORDER.index(workload) if workload in ORDER else len(ORDER)
+    return (Path(result["model"]).name, result["streams"], rank, name)
+
+
+def table(device: str, folder: Path) -> str:
+    """The device's table from ``folder``'s ``DEVICE-*.json``, with the machine they ran on."""
+    results = {}
+    for path in sorted(folder.glob(f"{device}-*.json")):
+        name = path.stem.removeprefix(f"{device}-")
+        if name not in NOT_THROUGHPUT:
+            results[name] = json.loads(path.read_text())
+    if not results:
+        return "No results yet."
+    lines = [
+        "| result | workload | model (passes) | streams | baseline tok/s | Lanes cells tok/s | plain / base "
+        "| on / base | on / plain | token-equal | measured |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+        *[row(n, r) for n, r in sorted(results.items(), key=lambda nr: _key(*nr))],
+    ]
+    machines = sorted({_machine(r["machine"]) for r in results.values()})
+    return "\n".join([*lines, "", *[f"Machine: {m}." for m in machines]])
+
+
+def _machine(m: dict[str, Any]) -> str:
+    backend = f"BLAS {m['blas']}" if "blas" in m else m.get("gpu", "")
+    return ", ".join(str(p) for p in (m.get("processor"), f"{m.get('cores')} cores", m.get("device"), backend) if p)
+
+
+def update(page: Path, folder: Path) -> bool:
+    """Replace each device's generated block in ``page``; returns whether the page changed."""
+    text = page.read_text()
+    new = text
+    for device in DEVICES:
+        begin, end = BEGIN.format(device=device), END.format(device=device)
+        if begin not in new or end not in new:
+            raise ValueError(f"{page} has no block for {device} (lines '{begin}' ... '{end}')")
+        head, rest = new.split(begin, 1)
+        _, tail = rest.split(end, 1)
+        new = f"{head}{begin}\n{table(device, folder)}\n{end}{tail}"
+    if new != text:
+        page.write_text(new)
+    return new != text
