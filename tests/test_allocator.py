@@ -1,6 +1,7 @@
 """Tests for engine.drafts.allocator: who gets draft rows this round."""
 
 import doctest
+import math
 from collections.abc import Callable
 
 import pytest
@@ -175,9 +176,7 @@ def test_probe_grants_exactly_one_row() -> None:
 H200 = CostModel({(4, 1): 0.0070, (4, 8): 0.0071, (4, 16): 0.0073}, overhead=0.0025)
 
 
-def ahead_pending(cost: CostModel) -> Callable[[int, int, int], float]:
-    """A round's cost when a draft-free pass already queued must be dropped for it to draft."""
-    return lambda b, w, k: cost.cost(b, w, k) + cost.cost(b, 1)
+DROPPING = H200.cost(4, 1)  # the pass run ahead, dropped if the round drafts
 
 
 def test_a_round_run_ahead_is_kept_unless_the_copy_pays_for_both_passes() -> None:
@@ -185,17 +184,31 @@ def test_a_round_run_ahead_is_kept_unless_the_copy_pays_for_both_passes() -> Non
     middling = [Offer(0, 0.6, 16)]
     assert allocate(middling, 4, H200.cost, H200.overhead).rows == (2, 0, 0, 0)
     # ...is not worth dropping a pass already on the device: keeping it gives 4 tokens in 9.6 ms.
-    kept = allocate(middling, 4, ahead_pending(H200), H200.overhead, keep_seconds=0.0096)
+    kept = allocate(middling, 4, H200.cost, H200.overhead, keep_seconds=0.0096, dropping=DROPPING)
     assert kept.rows == (0, 0, 0, 0)
     assert kept.expected_tokens == 4.0 and kept.seconds == 0.0096
     # A long copy still is: 16 rows at 0.94 are worth 9.8 tokens.
-    copy = allocate([Offer(0, 0.94, 16)], 4, ahead_pending(H200), H200.overhead, keep_seconds=0.0096)
+    copy = allocate([Offer(0, 0.94, 16)], 4, H200.cost, H200.overhead, keep_seconds=0.0096, dropping=DROPPING)
     assert copy.rows == (16, 0, 0, 0)
-    assert copy.seconds == pytest.approx(H200.cost(4, 17) + H200.cost(4, 1) + H200.overhead)
-    # A pass that ran ahead but is dear to keep (a slow host) makes drafting the better deal again.
-    assert allocate(middling, 4, ahead_pending(H200), H200.overhead, keep_seconds=0.05).rows[0] > 0
-    with pytest.raises(ValueError):
-        allocate(middling, 4, H200.cost, 0.0, keep_seconds=0.0)
+    assert copy.seconds == pytest.approx(H200.cost(4, 17) + DROPPING + H200.overhead)
+    # Nothing to drop, but draft-free rounds run ahead at 6.6 ms: the middling window is not worth it either.
+    assert allocate(middling, 4, H200.cost, H200.overhead, keep_seconds=0.0066).rows == (0, 0, 0, 0)
+    # A round run ahead that is dear to keep (a slow host) makes drafting the better deal again.
+    assert allocate(middling, 4, H200.cost, H200.overhead, keep_seconds=0.05, dropping=DROPPING).rows[0] > 0
+    for bad in ({"keep_seconds": 0.0}, {"dropping": -1.0}, {"dropping": math.nan}):
+        with pytest.raises(ValueError):
+            allocate(middling, 4, H200.cost, 0.0, **bad)
+
+
+def test_a_probe_waits_rather_than_drop_a_round_run_ahead() -> None:
+    probe = Offer(1, 0.2, 8, probe=True)
+    # Nothing run ahead: the probe gets its row, whatever its price.
+    assert allocate([probe], 4, H200.cost, H200.overhead, keep_seconds=0.0066).rows == (0, 1, 0, 0)
+    # A pass run ahead would be dropped for it alone: it waits.
+    assert allocate([probe], 4, H200.cost, H200.overhead, keep_seconds=0.0066, dropping=DROPPING).rows == (0, 0, 0, 0)
+    # Another stream's copy drops that pass anyway: the probe rides along.
+    both = allocate([Offer(0, 0.94, 16), probe], 4, H200.cost, H200.overhead, keep_seconds=0.0096, dropping=DROPPING)
+    assert both.rows[0] > 0 and both.rows[1] == 1
 
 
 def test_no_offers() -> None:

@@ -53,7 +53,7 @@ def adversarial_proposer(rng: random.Random, refs: dict[str, list[int]], vocab: 
 
 def random_allocator(rng: random.Random):
     def allocate(offers, n_streams, cost, overhead, max_width=32, min_row_value=MIN_ROW_VALUE,
-                 keep_seconds=None) -> Allocation:
+                 keep_seconds=None, dropping=0.0) -> Allocation:
         rows = [0] * n_streams
         for o in offers:
             rows[o.stream] = rng.randint(0, o.max_rows)

@@ -124,3 +124,37 @@ def test_large_freed_buffers_leave_a_process_that_loaded_a_model() -> None:
         assert done.returncode == 0, done.stderr
         returned[mode] = int(done.stdout.split()[-1])
     assert returned["loaded"] >= 128 and returned["default"] < 64, returned
+
+
+EVICT_SCRIPT = """
+import gc
+import mlx.core as mx
+from engine.bench.soak import rss_bytes
+from engine.model.machine import return_freed_buffers
+from engine.model.turn_cache import ConversationCache
+return_freed_buffers()
+mx.set_cache_limit(0)
+cache = ConversationCache(max_bytes=300 << 20)
+keep = []
+for n in range(300):  # conversations of 512 KiB caches (under the mmap threshold: heap blocks)
+    a = mx.full(((512 << 10) // 4,), float(n)); mx.eval(a)
+    keep.append(mx.full((256,), float(n)))  # small and kept: pins the heap around them
+    mx.eval(keep[-1])
+    cache.put(f"c{n}", [1, 2, 3], [a])
+    del a
+before = rss_bytes()
+cache.max_bytes = 10 << 20
+cache.put("last", [1], [mx.zeros((4,))])  # evicts all but ~10 MiB
+gc.collect()
+print((before - rss_bytes()) >> 20)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's heap")
+def test_the_turn_cache_gives_evicted_pages_back() -> None:
+    """Evicting ~140 MiB of conversations whose buffers sit between kept ones (heap blocks under the
+    mmap threshold) leaves the resident set: the cache trims the heap when it evicts."""
+    done = subprocess.run([sys.executable, "-c", EVICT_SCRIPT], capture_output=True, text=True, timeout=120,
+                          cwd=Path(__file__).resolve().parents[1])
+    assert done.returncode == 0, done.stderr
+    assert int(done.stdout.split()[-1]) >= 100

@@ -20,9 +20,10 @@ Algorithm
    and ties keep the shorter prefix.
 4. Probe offers whose stream got no row get exactly one row added afterwards, outside the pricing.
 
-When a draft-free round is already on the device (it ran ahead: ``engine.rounds.run_ahead``), the
-empty prefix costs ``keep_seconds`` (what a round that ran ahead takes) instead of a width-1 pass
-plus overhead, and the caller adds the dropped pass to ``cost``: drafting must then pay for both.
+Where draft-free rounds run ahead (``engine.rounds.run_ahead``), the empty prefix costs
+``keep_seconds`` (what such a round takes) instead of a width-1 pass plus overhead. When one is
+already on the device, drafting drops it: every drafting prefix then pays ``dropping`` (that
+pass) too, and probes wait for a round that drafts anyway or has nothing to drop.
 
 Rows worth less than ``MIN_ROW_VALUE`` are never candidates, and a window whose first row is less
 likely to land than not (row 1 worth less than ``MIN_FIRST_ROW``) gets no rows at all. Inside a
@@ -49,7 +50,7 @@ s0 rows 1..16 (0.940, 0.884, 0.831, ... 0.371).
 Result: rows (3, 0), expected_tokens 6.654, seconds 0.145.
 
 The same offer on a GPU (ms: every width 7.0, overhead 2.5) with a round already run ahead that
-takes 9.6 ms to keep, so drafting costs 7.0 + 2.5 + the dropped 7.0 = 16.5 ms: keeping gives 4 /
+takes 9.6 ms to keep (``keep_seconds``), so drafting costs 7.0 + 2.5 + the dropped 7.0 = 16.5 ms: keeping gives 4 /
 9.6 = 0.417 tokens/ms; s0:1-16 gives 13.845 / 16.5 = 0.839, so the copy is still worth starting.
 A window at r=0.6 (row 1 worth 0.6, rows 1-2 worth 0.96) gives at best 4.96 / 16.5 = 0.30: kept.
 """
@@ -98,6 +99,7 @@ def allocate(
     max_width: int = 32,
     min_row_value: float = MIN_ROW_VALUE,
     keep_seconds: float | None = None,
+    dropping: float = 0.0,
 ) -> Allocation:
     """Grant draft rows to maximise expected tokens per second this round (see module docstring).
 
@@ -106,14 +108,15 @@ def allocate(
     per stream. Rates outside [0, 1] are clamped (NaN reads as 0); ``max_width`` caps W, so a stream
     gets at most ``max_width - 1`` draft rows, and with ``max_width == 1`` nobody drafts, probes
     included. ``min_row_value`` replaces ``MIN_ROW_VALUE`` (a family setting). ``keep_seconds``, when
-    given, is what the round costs with no draft rows (a round that ran ahead; module docstring).
+    given, is what the round costs with no draft rows, and ``dropping`` what drafting adds to it
+    (module docstring: rounds run ahead).
 
     >>> cpu = {1: 0.101, 2: 0.1157, 3: 0.1303, 4: 0.145, 5: 0.1633}
     >>> a = allocate([Offer(0, 0.94, 4)], 4, lambda b, w, k: cpu[w], 0.0)
     >>> a.rows, round(a.expected_tokens, 3), a.seconds
     ((3, 0, 0, 0), 6.654, 0.145)
-    >>> gpu = lambda b, w, k: 0.007 + 0.007  # a width-w pass, plus the pass that ran ahead, dropped
-    >>> allocate([Offer(0, 0.6, 4)], 4, gpu, 0.0025, keep_seconds=0.0096).rows
+    >>> gpu = lambda b, w, k: 0.007
+    >>> allocate([Offer(0, 0.6, 4)], 4, gpu, 0.0025, keep_seconds=0.0096, dropping=0.007).rows
     (0, 0, 0, 0)
     """
     if n_streams < 1:
@@ -124,6 +127,8 @@ def allocate(
         raise ValueError(f"overhead must be finite and >= 0, got {overhead!r}")
     if keep_seconds is not None and not (math.isfinite(keep_seconds) and keep_seconds > 0.0):
         raise ValueError(f"keep_seconds must be finite and > 0, got {keep_seconds!r}")
+    if not (math.isfinite(dropping) and dropping >= 0.0):
+        raise ValueError(f"dropping must be finite and >= 0, got {dropping!r}")
 
     row_cap = max_width - 1
     priced: list[Offer | None] = [None] * n_streams  # offers with rates clamped to [0, 1]
@@ -150,7 +155,7 @@ def allocate(
     def seconds_at(width: int, wide: int) -> float:
         t = round_seconds.get((width, wide))
         if t is None:
-            t = cost(n_streams, width, wide) + overhead
+            t = cost(n_streams, width, wide) + overhead + (dropping if width > 1 else 0.0)
             if not (math.isfinite(t) and t > 0.0):
                 raise ValueError(f"cost({n_streams}, {width}, {wide}) + overhead gave {t!r}; need > 0")
             round_seconds[(width, wide)] = t
@@ -182,7 +187,7 @@ def allocate(
     rows = [0] * n_streams
     for s in order[:best_len]:
         rows[s] += 1
-    for s in probes:
+    for s in probes if dropping == 0.0 or any(rows) else ():
         if rows[s] == 0 and caps[s] >= 1:
             rows[s] = 1
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import platform
 import sys
+from typing import Any
 
 
 def cpu_model() -> str:
@@ -36,6 +37,28 @@ _M_MMAP_THRESHOLD = -3
 MMAP_THRESHOLD = 1 << 20
 
 
+def _libc() -> Any:
+    """glibc's functions, or None where the C library is another (macOS, musl)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL(None)
+        return libc if hasattr(libc, "mallopt") and hasattr(libc, "malloc_trim") else None
+    except OSError:
+        return None
+
+
+def trim_heap() -> bool:
+    """Give the heap's free pages back to the system (glibc's ``malloc_trim``), holes between live
+    blocks included. Buffers under ``MMAP_THRESHOLD`` come from the heap; when many are freed at
+    once (the turn cache evicting a conversation's KV) their pages would stay resident. Returns
+    whether anything was released."""
+    libc = _libc()
+    return bool(libc.malloc_trim(0)) if libc is not None else False
+
+
 def return_freed_buffers() -> bool:
     """Make large buffers the process frees go back to the system at once (glibc; else a no-op).
 
@@ -45,12 +68,5 @@ def return_freed_buffers() -> bool:
     an engine that runs for hours grows (``make soak``; docs/benchmarks.md). A fixed threshold gives
     every buffer from 1 MiB its own pages, released when freed. Returns whether it was set.
     """
-    if not sys.platform.startswith("linux"):
-        return False  # macOS's malloc returns large blocks itself; Metal buffers are not malloc's
-    import ctypes
-
-    try:
-        mallopt = ctypes.CDLL(None).mallopt
-    except (OSError, AttributeError):  # a C library without mallopt (musl)
-        return False
-    return bool(mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD))
+    libc = _libc()  # macOS's malloc returns large blocks itself; Metal buffers are not malloc's
+    return bool(libc.mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)) if libc is not None else False

@@ -20,6 +20,8 @@ from typing import Any
 
 from mlx_lm.models.cache import ArraysCache
 
+from engine.model.machine import trim_heap
+
 
 @dataclass
 class Entry:
@@ -75,8 +77,12 @@ class ConversationCache:
         if entry.nbytes > self.max_bytes:
             return
         self._entries[conversation] = entry
+        evicted = False
         while self.nbytes > self.max_bytes:
             self._entries.popitem(last=False)
+            evicted = True
+        if evicted:  # a turn's buffers under the mmap threshold leave holes the heap would keep
+            trim_heap()
 
     def drop(self, conversation: str) -> None:
         self._entries.pop(conversation, None)

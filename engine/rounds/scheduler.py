@@ -13,6 +13,7 @@ import itertools
 import logging
 import time
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import mlx.core as mx
@@ -108,9 +109,8 @@ class Scheduler:
         return self.admission.render(request).tokens
 
     def submit(self, request: Request) -> None:
-        """Validate (raising before any compute) and queue ``request`` for prefill, or, when the
-        running streams leave no room (``engine.rounds.admission``), to wait: a ``Waiting`` event
-        says why."""
+        """Validate (raising before any compute) and queue ``request`` for prefill, or, when the running
+        streams leave no room (``engine.rounds.admission``), to wait: a ``Waiting`` event says why."""
         admitted = self.admission.check(request)
         if admitted.rendered.notice is not None:
             self.emit(Notice(request.id, admitted.rendered.notice))
@@ -248,10 +248,10 @@ class Scheduler:
             keys, batch, ahead = max(self.lanes.lengths), len(self.active), self.ahead is not None
             # Where draft-free rounds run ahead, one costs what such rounds take; a round already run
             # ahead is kept at that price, or dropped: drafting then pays for its pass too.
-            dropped = self.costs.cost(batch, 1, keys=keys) if ahead else 0.0
             keep = self.costs.kept(batch, keys) if ahead or self.passes.speculate_ahead else None
-            alloc = allocate(offers, batch, lambda b, w, k: self.costs.cost(b, w, k, keys=keys) + dropped,
-                             self.costs.overhead, min_row_value=self.loaded.family.min_row_value, keep_seconds=keep)
+            alloc = allocate(offers, batch, partial(self.costs.cost, keys=keys), self.costs.overhead,
+                             min_row_value=self.loaded.family.min_row_value, keep_seconds=keep,
+                             dropping=self.costs.cost(batch, 1, keys=keys) if ahead else 0.0)
             rows = list(alloc.rows)
         else:
             rows = [0] * len(self.active)
