@@ -9,7 +9,7 @@ import mlx.core as mx
 import pytest
 
 from engine.errors import ModelLoadError
-from engine.model.families import family_for
+from engine.model.families import Family, family_for
 from engine.model.gguf import load_gguf
 from engine.model.loading import load_model
 from engine.model.locate import embedded_model_path
@@ -79,6 +79,16 @@ def test_family_registry() -> None:
     assert fam.name == "smollm2" and fam.copy_rate == 0.94
     assert fam.min_match["recall"] >= fam.min_match["context"]
     assert family_for("something-else", "mystery").name == "mystery"
+
+
+def test_a_family_takes_its_settings_for_the_device_it_runs_on() -> None:
+    fam = Family("x", own_copy_rates=True, on_device={"cuda": {"own_copy_rates": False, "min_row_value": 0.2}})
+    assert fam.for_device("cpu") is fam and fam.for_device("metal") is fam
+    cuda = fam.for_device("cuda")
+    assert (cuda.own_copy_rates, cuda.min_row_value, cuda.name) == (False, 0.2, "x")
+    assert family_for("SmolLM2-135M-Instruct", "llama", "cuda").name == "smollm2"
+    with pytest.raises(ValueError, match="unknown device kind 'tpu'"):
+        family_for("SmolLM2", "llama", "tpu")
 
 
 @pytest.mark.model

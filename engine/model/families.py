@@ -63,6 +63,9 @@ _REGISTRY: tuple[tuple[str, Family], ...] = (
     # own_copy_rates on: the latest runs in docs/benchmarks.md: level with off on mixed (0.98-1.00x)
     # with half its wasted rows, 1.18-1.21x on no-copy and held-out mixed; 0.84-0.97x on the copy
     # workloads (its doubt prior, measured side by side there, is that price).
+    # On CUDA (H200, 2026-12-03, docs/benchmarks.md) off beat on by 1.14x on copy-heavy, on beat off by
+    # 1.06x on no-copy, level on mixed: on loses less where nothing copies, so CUDA keeps it; Metal
+    # is not measured and takes the same. No on_device entry until a device's A/B says otherwise.
     ("smollm2", Family(name="smollm2", own_copy_rates=True)),
     # The change own copy rates grew from (shared/seed) says the LFM2 family is the one that turns it on.
     ("lfm2", Family(name="lfm2", own_copy_rates=True)),
