@@ -5,6 +5,7 @@ and follow-up turns reusing their caches."""
 
 from __future__ import annotations
 
+import json
 import random
 from pathlib import Path
 
@@ -239,3 +240,30 @@ def test_a_4_bit_hybrid_model_loads_and_stays_equal(loaded, tmp_path: Path) -> N
         sched.step()
     done = next(e for e in events if isinstance(e, Finished))
     assert list(done.tokens) == ref(quantized, list(req.prompt_tokens or ()), MAX)
+
+
+def test_the_1b_shape_has_llama_3_2_1b_s_size_and_quantizes_as_mlx_lm_does(loaded, tmp_path: Path) -> None:
+    """``lanes make-model llama-1b-4bit``'s shape: Llama-3.2-1B's 973M parameters outside the
+    embedding, and 1.07B with the embedded tokenizer's vocabulary (its own 128,256 make 1.24B),
+    counted without computing a weight; and a
+    shaped model of the same recipe, made small, loads 4-bit from its folder and runs."""
+    from mlx.utils import tree_flatten
+    from mlx_lm.models import llama
+
+    config, bits = made_models.SHAPED["llama-1b-4bit"]
+    lazy = llama.Model(llama.ModelArgs.from_dict(config))
+    params = sum(v.size for _, v in tree_flatten(lazy.parameters()))
+    assert params - made_models.VOCAB * 2048 == 973_146_112 and bits == 4
+    small = dict(config, hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4,
+                 num_key_value_heads=2, head_dim=32)
+    folder = made_models.random_model(small, tmp_path / "small", loaded.tokenizer, bits=bits)
+    assert json.loads((folder / "config.json").read_text())["quantization"]["bits"] == 4
+    model = load_model(str(folder))
+    events: list[Event] = []
+    sched = Scheduler(model, events.append)
+    req = Request(prompt_tokens=tuple(chat(model, prompts.COPY)), max_tokens=MAX)
+    sched.submit(req)
+    while sched.busy:
+        sched.step()
+    done = next(e for e in events if isinstance(e, Finished))
+    assert list(done.tokens) == ref(model, list(req.prompt_tokens or ()), MAX)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from engine.errors import LanesError
@@ -50,6 +50,8 @@ def at_streams(items: list[WorkItem], streams: int) -> list[WorkItem]:
     """
     if streams < 1:
         raise LanesError(f"--streams must be at least 1, got {streams}")
-    return [items[n % len(items)] if n < len(items) else
-            WorkItem(f"{items[n % len(items)].id}#{n // len(items) + 1}", items[n % len(items)].messages,
-                     items[n % len(items)].max_tokens) for n in range(streams)]
+    out = []
+    for n in range(streams):
+        item, repeat = items[n % len(items)], n // len(items)
+        out.append(replace(item, id=f"{item.id}#{repeat + 1}") if repeat else item)
+    return out

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import platform
 import sys
@@ -37,6 +38,7 @@ _M_MMAP_THRESHOLD = -3
 MMAP_THRESHOLD = 1 << 20
 
 
+@functools.cache
 def _libc() -> Any:
     """glibc's functions, or None where the C library is another (macOS, musl)."""
     if not sys.platform.startswith("linux"):

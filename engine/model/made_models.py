@@ -92,17 +92,15 @@ def _save(folder: Path, model: Any, config: dict[str, Any], tokenizer: Any) -> P
 def random_model(config: dict[str, Any], folder: Path, tokenizer: Any, bits: int | None = None, seed: int = 0) -> Path:
     """A model of ``config`` (``RANDOM``, ``SHAPED``) with seeded random weights, quantized to ``bits``
     as mlx-lm quantizes (groups of 64) where given, saved to ``folder``."""
-    import mlx.nn as nn
+    from mlx_lm.utils import quantize_model
 
     module = importlib.import_module(f"mlx_lm.models.{config['model_type']}")
     config = dict(config)
     mx.random.seed(seed)
     model = module.Model(module.ModelArgs.from_dict(config))
-    mx.eval(model.parameters())
     if bits is not None:
-        nn.quantize(model, group_size=64, bits=bits)
-        config["quantization"] = {"group_size": 64, "bits": bits}
-        mx.eval(model.parameters())
+        model, config = quantize_model(model, config, 64, bits)
+    mx.eval(model.parameters())
     return _save(folder, model, config, tokenizer)
 
 

@@ -43,9 +43,9 @@ def start(sched: Scheduler, plan: RoundPlan, width: int, sampling: list[int], ch
     the passes speculate (an accelerator's: ``RoundPasses.speculate_ahead``; the next round's
     allocator then prices dropping it) or no stream can offer a copy window next round whatever
     token it gets now (``Stream.surely_draft_free_next``): then every stream keeps exactly one
-    position and the next round's inputs are this round's greedy choices, still on the device. The next pass is
-    queued behind this one, so building its graph and this round's host work overlap the
-    computation (mlx-lm's ``batch_generate`` overlaps its steps the same way). Returns whether
+    position and the next round's inputs are this round's greedy choices, still on the device.
+    The next pass is queued behind this one, so building its graph and this round's host work
+    overlap the computation (mlx-lm's ``batch_generate`` overlaps its steps the same way). Returns whether
     the lanes were advanced here (each stream by one position).
     """
     if width != 1 or sampling or sched.joining or sched.lanes.recurrent:

@@ -314,13 +314,13 @@ class Scheduler:
         rows = [[s.last_token, *d] for s, d in zip(plan.streams, drafts, strict=True)]
         sampling = [i for i, s in enumerate(plan.streams) if s.request.temperature > 0]
         width = 1 + max(plan.rows)
-        dropped = self.aheads_dropped
+        pending = self.ahead is not None
         ahead = run_ahead.claim(self, plan, width)
         chunk = None
         if rider is not None and ahead is None:
             chunk = Chunk(rider.stream.prompt[rider.done : self._chunk_end(rider)], rider.caches)
         r = Round(plan, drafts, rows, sampling, "padded", chunk, ahead, keys=max(self.lanes.lengths),
-                  waited=self.aheads_dropped > dropped)
+                  waited=pending and ahead is None)
         if ahead is not None:
             r.kind = "ahead"
         elif chunk is None and self.passes.numpy_pass is not None:
