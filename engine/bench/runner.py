@@ -24,7 +24,7 @@ from engine.bench.cell_specs import Cell
 from engine.bench.workloads import WorkItem
 from engine.drafts.cost_model import CALIBRATION_KEYS, CostModel
 from engine.events import Event, Failed, Finished, Request
-from engine.model import openblas
+from engine.model import blas_threads, openblas
 from engine.model.loading import LoadedModel
 from engine.model.machine import cpu_model, usable_cores
 from engine.passes.choice import GENERIC
@@ -48,6 +48,7 @@ class CellRun:
     # Lanes cells: each stream's seconds from submit to finish and the rounds it took part in.
     finish_s: dict[str, float] = field(default_factory=dict)
     stream_rounds: dict[str, int] = field(default_factory=dict)
+    blas_threads: int | None = None  # OpenBLAS's threads at the end (engine.model.blas_threads), CPU only
 
     @property
     def generated(self) -> int:
@@ -198,17 +199,25 @@ def run_bench(
 
 def _calibrated(loaded: LoadedModel) -> CostModel:
     probe = Scheduler(loaded, lambda e: None)
+    if probe.blas is not None:
+        probe.blas.settle()
     probe.calibrate()
     return probe.costs
 
 
 def _run_cell(loaded: LoadedModel, items: list[WorkItem], prompts: list[list[int]], costs: CostModel,
               cell: Cell) -> CellRun:
+    blas = blas_threads.tuner() if loaded.device == "cpu" else None
+    if blas is not None:  # every cell starts with the threads the load leaves (mlx-lm's loops keep them)
+        blas.settle()
     if cell.base == "mlx-lm":
-        return run_mlx_lm(loaded, items, prompts)
-    if cell.base == "mlx-lm-batch":
-        return run_mlx_lm_batch(loaded, items, prompts)
-    return run_lanes(loaded, items, costs, cell)
+        run = run_mlx_lm(loaded, items, prompts)
+    elif cell.base == "mlx-lm-batch":
+        run = run_mlx_lm_batch(loaded, items, prompts)
+    else:
+        run = run_lanes(loaded, items, costs, cell)
+    run.blas_threads = None if blas is None else blas.threads
+    return run
 
 
 def _summarise(
@@ -246,7 +255,7 @@ def _summarise(
                 "forward_s": run.forward_s, "host_s": run.host_s, "engine_rounds": run.rounds,
                 "rounds_ahead": run.rounds_ahead, "aheads_dropped": run.aheads_dropped,
                 "rounds_grouped": run.rounds_grouped, "rounds_host": run.rounds_host,
-                "chunks_ridden": run.chunks_ridden,
+                "chunks_ridden": run.chunks_ridden, "blas_threads": run.blas_threads,
                 "accepted_per_window": run.histogram,
             })
             for src, c in run.rows.items():

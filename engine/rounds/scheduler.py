@@ -35,6 +35,7 @@ from engine.events import (
     Tokens,
     Waiting,
 )
+from engine.model import blas_threads
 from engine.model.cache_kinds import cache_arrays, make_caches
 from engine.model.lane_cache import LaneCache
 from engine.model.loading import LoadedModel
@@ -85,6 +86,7 @@ class Scheduler:
         self.costs.grouped = passes.grouped
         self.row_multiple = passes.row_multiple
         self.prefill_chunk = CPU_PREFILL_CHUNK if loaded.device == "cpu" else PREFILL_CHUNK
+        self.blas = blas_threads.tuner() if loaded.device == "cpu" else None  # threads the load leaves
         self.limits = limits if limits is not None else limits_for(
             machine_memory(), weight_bytes(self.model), kv_bytes_per_token(self.model, list(loaded.kinds)))
         self.admission = Admission(loaded, self.limits)
@@ -100,9 +102,9 @@ class Scheduler:
         self.histogram: dict[int, int] = {}  # drafts accepted per verified window -> windows
         self.ahead: RunAhead | None = None
         self.rounds_ahead, self.aheads_dropped = 0, 0  # rounds run ahead and kept, or dropped (run_ahead)
-        self.rounds_grouped = 0  # rounds the cost model ran as a grouped pass (engine.passes.grouped)
-        self.rounds_host = 0  # rounds run by numpy (engine.passes.numpy_pass)
-        self.chunks_ridden = 0  # prefill chunks computed inside a round's (grouped) pass
+        # Rounds run as a grouped pass (engine.passes.grouped), by numpy (engine.passes.numpy_pass);
+        # prefill chunks computed inside a round's (grouped) pass.
+        self.rounds_grouped, self.rounds_host, self.chunks_ridden = 0, 0, 0
 
     # -- requests ------------------------------------------------------------
     def prompt_tokens(self, request: Request) -> list[int]:
@@ -178,6 +180,8 @@ class Scheduler:
 
     # -- the loop ------------------------------------------------------------
     def step(self) -> None:
+        if self.blas is not None:
+            self.blas.tune()
         self._drop_cancelled()
         self._admit_waiting()
         rode = False
@@ -432,14 +436,9 @@ class Scheduler:
             self.conversations.put(s.request.conversation, (s.prompt + s.output)[:kept], caches)
         now = time.perf_counter()
         stats = ReplyStats(
-            prompt_tokens=len(s.prompt),
-            generated=len(s.output),
-            seconds=now - s.started,
+            prompt_tokens=len(s.prompt), generated=len(s.output), seconds=now - s.started,
             first_token_s=None if s.first_token_at is None else s.first_token_at - s.started,
-            prefill_reused=s.reused,
-            rounds=s.rounds,
-            rows=s.source_counts(),
-        )
+            prefill_reused=s.reused, rounds=s.rounds, rows=s.source_counts())
         reason = s.stop_reason or "length"
         self.emit(
             Finished(s.id, reason, tuple(s.output), tuple(s.origins), s.text, stats, s.rates.snapshot())
