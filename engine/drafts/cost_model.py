@@ -168,6 +168,7 @@ class CostModel:
         self._widths: dict[int, list[int]] = {}  # batch -> sorted observed widths
         self._coef: tuple[float, float, float] | None = None
         self._scale = 1.0  # DEFAULT_CURVE multiplier when the fit is not identifiable
+        self._fitted = False
         self._overhead = float(overhead)
         self._overhead_seen = False
         self._kept: dict[int, float] = {}  # batch -> seconds of a round that ran ahead, whole
@@ -248,7 +249,10 @@ class CostModel:
         key = (batch, width)
         old = self._samples.get(key)
         self._samples[key] = float(seconds) if old is None else old + self.alpha * (seconds - old)
-        self._rebuild()
+        if old is None:
+            self._rebuild()
+        else:
+            self._fitted = False
 
     def cost(self, batch: int, width: int, wide: int | None = None, keys: int = 0) -> float:
         """Predicted seconds for a B x W pass over ``keys`` keys where ``wide`` streams draft (None: all)."""
@@ -320,9 +324,14 @@ class CostModel:
     # -- internals -----------------------------------------------------------------------------
 
     def _rebuild(self) -> None:
-        self._widths = {}
+        widths: dict[int, list[int]] = {}
         for b, w in sorted(self._samples):
-            self._widths.setdefault(b, []).append(w)
+            widths.setdefault(b, []).append(w)
+        self._widths = widths
+        self._fitted = False  # refit when an unobserved shape asks: observe() runs every round
+
+    def _refit(self) -> None:
+        self._fitted = True
         self._coef = _fit(self._samples)
         if self._coef is None and self._samples:
             a, b, c = DEFAULT_CURVE
@@ -332,6 +341,8 @@ class CostModel:
             self._scale = 1.0
 
     def _curve(self) -> tuple[float, float, float]:
+        if not self._fitted:
+            self._refit()
         if self._coef is not None:
             return self._coef
         a, b, c = DEFAULT_CURVE

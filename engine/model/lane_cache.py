@@ -109,15 +109,20 @@ class LayerView:
         self._layer = layer
 
     @property
-    def offset(self) -> mx.array:
-        # Per-row rotary positions: each stream's rows start at its own length.
-        return self._lanes.offsets
+    def offset(self) -> mx.array | int:
+        # Per-row rotary positions: each stream's rows start at its own length. A lone stream's is
+        # a number, as in mlx-lm's own cache (one rope call with fewer inputs, on every layer).
+        lanes = self._lanes
+        return lanes.lengths[0] if lanes.batch == 1 else lanes.offsets
 
     def update_and_fetch(self, keys: mx.array, values: mx.array) -> tuple[mx.array, mx.array]:
         return self._lanes.write(self._layer, keys, values)
 
-    def make_mask(self, n: int, return_array: bool = False, window_size: int | None = None) -> mx.array:
-        return self._lanes.mask(n, window_size or self._lanes.kinds[self._layer].window)
+    def make_mask(self, n: int, return_array: bool = False, window_size: int | None = None) -> mx.array | None:
+        window = window_size or self._lanes.kinds[self._layer].window
+        if n == 1 and not return_array and self._lanes.alone_within(window):
+            return None  # what mlx-lm's cache gives one query row: nothing to hide, so no mask to apply
+        return self._lanes.mask(n, window)
 
     @property
     def nbytes(self) -> int:
@@ -186,6 +191,7 @@ class LaneCache:
         self._offsets: mx.array | None = None
         self._mask: mx.array | None = None
         self._masks: dict[int, mx.array] = {}  # by sliding window
+        self._scatter: dict[tuple[tuple[int, ...], int, int], tuple[mx.array, ...]] = {}  # (rows, heads, width)
 
     # -- shape ---------------------------------------------------------------
     @property
@@ -236,6 +242,7 @@ class LaneCache:
         if need > self.capacity:
             self._grow(need)
         self._width = width
+        self._scatter = {}
 
     def _group(self, rows: tuple[int, ...], width: int) -> Group:
         lengths = [self.lengths[r] for r in rows]
@@ -279,12 +286,23 @@ class LaneCache:
             (start,) = at
             kbuf[:, :, start : start + width, :] = keys
             vbuf[:, :, start : start + width, :] = values
-        else:
-            for i, row in enumerate(rows):
-                start = self.lengths[row]
-                kbuf[row : row + 1, :, start : start + width, :] = keys[i : i + 1]
-                vbuf[row : row + 1, :, start : start + width, :] = values[i : i + 1]
+        else:  # one scatter for all rows: a write per row costs a kernel each, per layer, on a GPU
+            index = self._scatter_index(tuple(rows), keys.shape[1], width)
+            kbuf[index] = keys
+            vbuf[index] = values
         return kbuf, vbuf
+
+    def _scatter_index(self, rows: tuple[int, ...], heads: int, width: int) -> tuple[mx.array, ...]:
+        """Indices that put a ``[len(rows), heads, width, head_dim]`` block at each row's length
+        (the same for every layer of a round, so made once): row ``rows[i]``, every head, positions
+        ``lengths[rows[i]] ..`` ``+ width - 1``."""
+        key = (rows, heads, width)
+        if key not in self._scatter:
+            at = mx.array([self.lengths[r] for r in rows], dtype=mx.int32)
+            self._scatter[key] = (mx.array(rows, dtype=mx.int32)[:, None, None],
+                                  mx.arange(heads, dtype=mx.int32)[None, :, None],
+                                  (at[:, None] + mx.arange(width, dtype=mx.int32)[None])[:, None, :])
+        return self._scatter[key]
 
     @property
     def offsets(self) -> mx.array:
@@ -304,6 +322,11 @@ class LaneCache:
             keypos = mx.arange(end, dtype=mx.int32)[None, None, None, :]
             self._masks[window] = self._mask & (keypos > query - window)
         return self._masks[window]
+
+    def alone_within(self, window: int | None) -> bool:
+        """Whether this round attends one stream's keys, every one of them real and within ``window``
+        (a lone stream's keys end at its own length plus the round's rows)."""
+        return self.batch == 1 and (window is None or self.lengths[0] + self._width <= window)
 
     def write(self, layer: int, keys: mx.array, values: mx.array) -> tuple[mx.array, mx.array]:
         kbuf, vbuf = self._put(layer, range(self.batch), keys, values)
@@ -359,6 +382,7 @@ class LaneCache:
         self._offsets = None
         self._mask = None
         self._masks = {}
+        self._scatter = {}
         self._width = 0
         self._real, self._kept, self._before = [], [], None
         self.state_lengths = None
