@@ -1,0 +1,83 @@
+"""engine.model.lane_cache on literal data: where a round's keys land, and what a lone stream's
+layers are given (mlx-lm's own number offset, and no mask for one query row)."""
+
+from __future__ import annotations
+
+import mlx.core as mx
+import numpy as np
+from mlx_lm.models.cache import KVCache
+
+from engine.model.cache_kinds import LayerKind
+from engine.model.lane_cache import LaneCache
+
+HEADS, DIM = 2, 3
+
+
+def stream(length: int, fill: float) -> list[KVCache]:
+    c = KVCache()
+    c.keys = mx.full((1, HEADS, length, DIM), fill)
+    c.values = mx.full((1, HEADS, length, DIM), -fill)
+    c.offset = length
+    return [c]
+
+
+def lanes_of(lengths: list[int], kinds: list[LayerKind] | None = None) -> LaneCache:
+    lanes = LaneCache(kinds or [LayerKind()])
+    for i, n in enumerate(lengths):
+        lanes.add(stream(n, float(i + 1)) * len(lanes.kinds), n)
+    return lanes
+
+
+def test_the_worked_example_writes_each_stream_at_its_own_length() -> None:
+    lanes = lanes_of([5, 3])
+    lanes.begin_round(4)
+    new = mx.arange(2 * HEADS * 4 * DIM, dtype=mx.float32).reshape(2, HEADS, 4, DIM) + 100
+    keys, values = lanes.views[0].update_and_fetch(new, -new)
+    assert keys.shape == values.shape == (2, HEADS, 9, DIM)  # the longest length plus the round's rows
+    k = np.array(lanes.keys[0])
+    assert (k[0, :, :5] == 1).all() and (k[0, :, 5:9] == np.array(new[0])).all()
+    assert (k[1, :, :3] == 2).all() and (k[1, :, 3:7] == np.array(new[1])).all()
+    assert (k[1, :, 7:] == 0).all() and (k[0, :, 9:] == 0).all()
+    assert (np.array(lanes.values[0])[1, :, 3:7] == -np.array(new[1])).all()
+    lanes.advance(0, 2)
+    lanes.advance(1, 4)
+    assert lanes.lengths == [7, 7]
+
+
+def test_a_group_of_some_streams_writes_only_theirs() -> None:
+    lanes = lanes_of([4, 6, 2])
+    (wide, narrow) = lanes.begin_grouped([3, 1, 2])
+    assert wide.rows == (0, 2) and narrow.rows == (1,)
+    new = mx.full((2, HEADS, 3, DIM), 9.0)
+    lanes.put_group(0, wide, new, new)
+    k = np.array(lanes.keys[0])
+    assert (k[0, :, 4:7] == 9).all() and (k[2, :, 2:5] == 9).all()
+    assert (k[1] != 9).all()  # the narrow group's stream is untouched
+
+
+def test_a_lone_stream_gets_a_number_offset_and_no_mask_for_one_row() -> None:
+    lanes = lanes_of([5])
+    lanes.begin_round(1)
+    view = lanes.views[0]
+    assert view.offset == 5 and isinstance(view.offset, int)
+    assert view.make_mask(1) is None
+    assert view.make_mask(1, return_array=True).shape == (1, 1, 1, 6)
+    lanes.end_round()
+    lanes.begin_round(3)  # drafted rows attend causally: a mask
+    assert lanes.views[0].make_mask(3).tolist() == lanes.mask(3).tolist()
+    assert np.array(lanes.views[0].make_mask(3))[0, 0].sum(axis=-1).tolist() == [6, 7, 8]
+
+
+def test_a_lone_stream_past_its_window_is_masked() -> None:
+    lanes = lanes_of([5], [LayerKind(window=4)])
+    lanes.begin_round(1)
+    mask = lanes.views[0].make_mask(1)
+    assert mask is not None and np.array(mask)[0, 0, 0].tolist() == [False, False, True, True, True, True]
+
+
+def test_several_streams_get_offsets_and_masks() -> None:
+    lanes = lanes_of([5, 3])
+    lanes.begin_round(1)
+    view = lanes.views[0]
+    assert view.offset.tolist() == [5, 3]
+    assert np.array(view.make_mask(1))[:, 0, 0].tolist() == [[True] * 6, [True] * 4 + [False] * 2]
