@@ -41,7 +41,8 @@ import mlx.core as mx
 import mlx.nn as nn
 from mlx_lm.models.cache import KVCache
 
-from engine.model.lane_cache import Group, LaneCache, Snapshot, put_back, snapshot
+from engine.model.lane_cache import Group, LaneCache
+from engine.model.lane_snapshot import Snapshot, put_back, snapshot
 from engine.passes import numpy_ops
 from engine.passes.rope_table import RopeTable
 
