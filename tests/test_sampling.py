@@ -75,6 +75,24 @@ def test_top_p_keeps_smallest_prefix_reaching_mass() -> None:
     assert np.allclose(adjusted_probs(logits, 1.0, 1.0), [[0.5, 0.3, 0.15, 0.05]])
 
 
+def test_probabilities_are_mlx_lms_top_p_then_temperature() -> None:
+    """The worked example of ``adjusted_probs``, then mlx-lm's own sampler on random rows: top-p on
+    the log-probabilities (``apply_top_p``), then the temperature on what is kept."""
+    import mlx.core as mx
+    from mlx_lm.sample_utils import apply_top_p
+
+    p = adjusted_probs(np.log(np.array([[0.5, 0.3, 0.15, 0.05]])), temperature=0.5, top_p=0.85)
+    assert p[0] == pytest.approx([0.25 / 0.3625, 0.09 / 0.3625, 0.0225 / 0.3625, 0.0])
+    rng = np.random.default_rng(3)
+    for temperature in (0.3, 0.7, 1.5):
+        for top_p in (0.5, 0.9):
+            logits = rng.normal(0, 3, size=(1, 50))
+            logprobs = logits - np.log(np.exp(logits).sum())
+            kept = np.array(apply_top_p(mx.array(logprobs, dtype=mx.float32), top_p), dtype=np.float64)
+            scaled = np.exp((kept - kept.max()) / temperature)
+            assert adjusted_probs(logits, temperature, top_p)[0] == pytest.approx(scaled[0] / scaled.sum(), abs=1e-6)
+
+
 def test_temperature_sharpens() -> None:
     logits = np.log(np.array([[0.6, 0.4]]))
     cold = adjusted_probs(logits, temperature=0.5, top_p=1.0)
@@ -139,3 +157,4 @@ def test_sampled_streams_read_their_own_rows_of_a_grouped_pass(loaded, chat_prom
     numpy_, n_host = run(False, host=True)  # the CPU's default: numpy's pass (engine.passes.numpy_pass)
     assert n_grouped > 0 and n_padded == 0 and n_host > 0
     assert grouped == padded == numpy_
+

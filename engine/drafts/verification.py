@@ -35,20 +35,29 @@ def verify_greedy(choices: Sequence[int], drafts: Sequence[int]) -> tuple[int, i
     return accepted, int(choices[accepted])
 
 
-def adjusted_probs(logits: np.ndarray, temperature: float, top_p: float) -> np.ndarray:
-    """Rows of ``logits`` [rows, vocab] -> probabilities after temperature and top-p."""
-    z = logits.astype(np.float64) / max(temperature, 1e-6)
-    z -= z.max(axis=-1, keepdims=True)
+def _softmax(z: np.ndarray) -> np.ndarray:
+    z = z - z.max(axis=-1, keepdims=True)
     p = np.exp(z)
-    p /= p.sum(axis=-1, keepdims=True)
+    return p / p.sum(axis=-1, keepdims=True)
+
+
+def adjusted_probs(logits: np.ndarray, temperature: float, top_p: float) -> np.ndarray:
+    """Rows of ``logits`` [rows, vocab] -> the probabilities mlx-lm's sampler draws from: top-p
+    keeps the smallest prefix of the model's own distribution whose mass reaches ``top_p`` (the
+    first token always stays), then the temperature applies to what is kept.
+
+    The order matters: with probabilities (0.5, 0.3, 0.15, 0.05), top-p 0.85 keeps three tokens,
+    and temperature 0.5 then gives (0.690, 0.248, 0.062, 0); sharpening first would have kept two.
+    """
+    z = logits.astype(np.float64)
+    p = _softmax(z / max(temperature, 1e-6))
     if top_p < 1.0:
-        order = np.argsort(-p, axis=-1, kind="stable")
-        sorted_p = np.take_along_axis(p, order, axis=-1)
-        # Keep the smallest prefix whose mass reaches top_p (the first token always stays).
-        before = np.cumsum(sorted_p, axis=-1) - sorted_p
-        keep_sorted = before < top_p
-        keep = np.zeros_like(keep_sorted)
-        np.put_along_axis(keep, order, keep_sorted, axis=-1)
+        own = _softmax(z)
+        order = np.argsort(-own, axis=-1, kind="stable")
+        sorted_own = np.take_along_axis(own, order, axis=-1)
+        before = np.cumsum(sorted_own, axis=-1) - sorted_own
+        keep = np.zeros(own.shape, dtype=bool)
+        np.put_along_axis(keep, order, before < top_p, axis=-1)
         p = np.where(keep, p, 0.0)
         p /= p.sum(axis=-1, keepdims=True)
     return p
