@@ -10,7 +10,8 @@
 # after one unmeasured run of every cell (the first run of a shape compiles its kernels). JSON results land in OUT_DIR (default out/gpu).
 #
 # STEPS (space-separated) picks parts: families (the family tests on this device), embedded (the
-# embedded model's workloads, 4 streams), streams (the embedded model at 1, 8 and 16 streams),
+# embedded model's workloads, 4 streams), streams (the embedded model at 1, 8 and 16 streams, or
+# those of STREAM_COUNTS),
 # shaped (a random 4-bit model of Llama-3.2-1B's shape, 4 streams: speed only), qwen2 (the embedded
 # weights in mlx-lm's qwen2 module), tiny (tiny random models of each cache kind through copy-heavy:
 # token equality and near-tie margins).
@@ -45,9 +46,14 @@ for step in $STEPS; do
     embedded)
       for w in copy-heavy no-copy mixed; do bench "$w" "$w" --cells "$CELLS"; done ;;
     streams)
-      for w in copy-heavy no-copy; do bench "1-$w" "$w" --streams 1 --cells mlx-lm,plain,on; done
-      for w in copy-heavy no-copy; do bench "8-$w" "$w" --streams 8 --cells "$CELLS"; done
-      bench 16-mixed mixed --streams 16 --cells "$CELLS" ;;
+      for n in ${STREAM_COUNTS:-1 8 16}; do
+        case $n in
+          1) for w in copy-heavy no-copy; do bench "1-$w" "$w" --streams 1 --cells mlx-lm,plain,on; done ;;
+          8) for w in copy-heavy no-copy; do bench "8-$w" "$w" --streams 8 --cells "$CELLS"; done ;;
+          16) bench 16-mixed mixed --streams 16 --cells "$CELLS" ;;
+          *) echo "STREAM_COUNTS takes 1, 8 and 16" >&2; exit 2 ;;
+        esac
+      done ;;
     shaped)
       python3 -m engine.cli make-model llama-1b-4bit "$OUT/llama-1b-4bit" >/dev/null
       for w in copy-heavy no-copy; do bench "1b-$w" "$w" --model "$OUT/llama-1b-4bit" --cells "$CELLS"; done

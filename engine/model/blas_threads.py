@@ -3,10 +3,9 @@
 OpenBLAS (MLX's, preloaded by ``engine.model.openblas``, and the one bundled in numpy, which runs
 the CPU's rounds) starts one thread per core, and its threads spin waiting for each other. When
 other programs keep cores busy, a thread waits a whole time slice for a partner the kernel took
-off its core, and every product stalls: on the 2-core development box, with two busy background
-processes, a round took five times as long with two threads as with one. A desktop app always
-shares its machine, so the engine thread re-reads every second how much CPU the rest of the
-machine used (``/proc/stat`` minus this process's own time) and sets both libraries' threads to
+off its core, and every product stalls (docs/benchmarks.md says what that cost on the 2-core
+development box). A desktop app always shares its machine, so the engine thread re-reads every
+second how much CPU the rest of the machine used (``/proc/stat`` minus this process's own time) and sets both libraries' threads to
 the cores left over.
 
 Nothing changes where the user chose: ``OPENBLAS_NUM_THREADS`` set, or no ``/proc/stat`` (macOS,
