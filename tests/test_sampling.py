@@ -158,3 +158,91 @@ def test_sampled_streams_read_their_own_rows_of_a_grouped_pass(loaded, chat_prom
     assert n_grouped > 0 and n_padded == 0 and n_host > 0
     assert grouped == padded == numpy_
 
+
+
+REPEAT = [
+    {"role": "user", "content": "Repeat this sentence: The quick brown fox jumps over the lazy dog."},
+    {"role": "assistant", "content": "The quick brown fox jumps over the lazy dog."},
+    {"role": "user", "content": "Once more, please."},
+]
+
+
+def chi2_critical(df: int, z: float = 3.09) -> float:
+    """The chi-square value exceeded with probability ~0.1% (Wilson-Hilferty; ``z``: that normal quantile)."""
+    h = 2 / (9 * df)
+    return df * (1 - h + z * h**0.5) ** 3
+
+
+def engine_fit(loaded, n: int = 96, k: int = 5, temperature: float = 1.0, top_p: float = 0.9) -> tuple[float, int, int]:
+    """``n`` seeded replies of ``k`` tokens through the calibrated scheduler, 8 at a time, to a
+    prompt whose reply goes on copying "The quick brown fox jumps over the lazy dog." from an earlier
+    turn; their sequences against the exact probabilities from mlx-lm's model. Returns (chi-square,
+    degrees of freedom, draft rows verified)."""
+    import mlx.core as mx
+    from mlx_lm.models.cache import make_prompt_cache
+
+    from engine.events import Finished, Request, RoundStats
+    from engine.rounds.scheduler import Scheduler
+
+    tok = loaded.tokenizer
+    prompt = [*tok.apply_chat_template(REPEAT, add_generation_prompt=True),
+              *tok.encode("The quick brown", add_special_tokens=False)]
+    events: list = []
+    sched = Scheduler(loaded, events.append)
+    sched.calibrate()
+    for first in range(0, n, 8):
+        for seed in range(first, first + 8):
+            sched.submit(Request(prompt_tokens=tuple(prompt), max_tokens=k, temperature=temperature,
+                                 top_p=top_p, seed=seed))
+        while sched.busy:
+            sched.step()
+    replies = [e.tokens for e in events if isinstance(e, Finished)]
+    assert len(replies) == n
+    drafted = sum(e.draft_rows for e in events if isinstance(e, RoundStats))
+
+    exact: dict[tuple[int, ...], float] = {(): 1.0}
+
+    def probability(seq: tuple[int, ...]) -> float:
+        if seq not in exact:
+            logits = loaded.model(mx.array([prompt + list(seq[:-1])]), cache=make_prompt_cache(loaded.model))
+            row = np.array(logits[:, -1, :].astype(mx.float32))
+            exact[seq] = probability(seq[:-1]) * float(adjusted_probs(row, temperature, top_p)[0][seq[-1]])
+        return exact[seq]
+
+    counts: dict[tuple[int, ...], int] = {}
+    for reply in replies:
+        counts[reply] = counts.get(reply, 0) + 1
+    # Every whole reply expected 5 times or more is a cell of its own; the rest (shorter replies too) one more.
+    cells = {seq: n * probability(seq) for seq in counts if len(seq) == k}
+    cells = {seq: e for seq, e in cells.items() if e >= 5}
+    chi2 = sum((counts[seq] - e) ** 2 / e for seq, e in cells.items())
+    rest_expected = n - sum(cells.values())
+    chi2 += (n - sum(counts[seq] for seq in cells) - rest_expected) ** 2 / rest_expected
+    return chi2, len(cells), drafted
+
+
+@pytest.mark.model
+def test_the_engine_samples_the_models_distribution_while_copying(loaded) -> None:
+    """Whole replies through the scheduler with copies, temperature and top-p: copied rows are
+    verified, some rejected and redrawn from the residual, and the replies still follow the model
+    (chi-square 0.1 against 11.2 when written; the biased verifier below gave 24.8)."""
+    chi2, df, drafted = engine_fit(loaded)
+    assert drafted > 96 and df >= 1
+    assert chi2 < chi2_critical(df), f"chi2={chi2:.1f} with {df} degrees of freedom"
+
+
+@pytest.mark.model
+def test_the_engine_check_catches_a_verifier_that_skips_the_residual(loaded, monkeypatch) -> None:
+    """The same check with a verifier that, after rejecting a copy, draws from p instead of the
+    residual (so copies land too often): the fit fails, so the test above can."""
+    import engine.rounds.scheduler as scheduler
+
+    def naive(probs: np.ndarray, drafts: list[int], rng: np.random.Generator) -> tuple[int, int]:
+        for i, d in enumerate(drafts):
+            if rng.random() >= probs[i][d]:
+                return i, int(rng.choice(len(probs[i]), p=probs[i]))
+        return len(drafts), int(rng.choice(len(probs[-1]), p=probs[len(drafts)]))
+
+    monkeypatch.setattr(scheduler, "verify_sampled", naive)
+    chi2, df, _ = engine_fit(loaded)
+    assert chi2 > chi2_critical(df)
