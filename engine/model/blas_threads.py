@@ -15,6 +15,7 @@ where MLX computes on the GPU or with Accelerate).
 from __future__ import annotations
 
 import functools
+import logging
 import os
 import time
 from collections.abc import Callable
@@ -24,6 +25,8 @@ INTERVAL = 1.0
 # A reading over a longer gap (the engine was idle) says little about now: it only starts a new one.
 STALE = 4 * INTERVAL
 USER_CHOICE = "OPENBLAS_NUM_THREADS"
+
+log = logging.getLogger(__name__)
 
 
 def threads_for(cores: int, others: float) -> int:
@@ -123,9 +126,12 @@ class BlasThreads:
 
 
 def _set_openblas_threads(n: int) -> None:
-    from threadpoolctl import threadpool_limits
+    try:
+        from threadpoolctl import threadpool_limits
 
-    threadpool_limits(limits=n, user_api="blas")
+        threadpool_limits(limits=n, user_api="blas")
+    except Exception as exc:  # a speed setting must never fail a reply
+        log.warning("could not set OpenBLAS to %d threads: %s", n, exc)
 
 
 @functools.cache
