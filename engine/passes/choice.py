@@ -34,10 +34,11 @@ import mlx.core as mx
 import mlx.nn as nn
 
 from engine.model.cache_kinds import cache_arrays
+from engine.model.lane_cache import LaneCache
 from engine.passes.grouped import ROW_MULTIPLE, Chunk, supports_grouped
 from engine.passes.grouped import prefill as grouped_prefill
 from engine.passes.numpy_pass import HostPass, supports_host
-from engine.passes.padded import supports_padded
+from engine.passes.padded import padded_logits, supports_padded
 
 
 @dataclass(frozen=True)
@@ -59,6 +60,13 @@ class RoundPasses:
             return
         body_of(model)(mx.array(list(tokens))[None], cache=list(caches))
         mx.eval(cache_arrays(caches))
+
+    def padded(self, model: nn.Module, lanes: LaneCache, tokens: mx.array) -> mx.array:
+        """A padded pass's logits (after ``lanes.begin_round``): mlx-lm's model, or its arithmetic with
+        the rotary table made once (``engine.passes.padded``)."""
+        if self.rope_table:
+            return padded_logits(model, lanes, tokens)
+        return model(tokens, cache=lanes.views)
 
 
 GENERIC = RoundPasses("generic")

@@ -87,7 +87,7 @@ def _time_pass(sched: Scheduler, context: list[Any], widths: list[int], grouped:
                                     host_exp=sched.passes.numpy_ops, rope_table=sched.passes.rope_table)
         else:
             lanes.begin_round(width)
-            logits = sched.padded(lanes, mx.zeros((len(widths), width), dtype=mx.int32))
+            logits = sched.passes.padded(sched.model, lanes, mx.zeros((len(widths), width), dtype=mx.int32))
         if sched.passes.numpy_pass is None:
             mx.eval(mx.argmax(logits, axis=-1))
         best = min(best, time.perf_counter() - t0)

@@ -56,7 +56,7 @@ def start(sched: Scheduler, plan: RoundPlan, width: int, sampling: list[int], ch
         sched.lanes.advance(row, 1)
     sched.lanes.end_round()
     sched.lanes.begin_round(1)
-    logits = sched.padded(sched.lanes, choices.astype(mx.int32))
+    logits = sched.passes.padded(sched.model, sched.lanes, choices.astype(mx.int32))
     sched.ahead = RunAhead(list(plan.streams), mx.argmax(logits, axis=-1))
     mx.async_eval(sched.ahead.choices)
     sched.lanes.end_round()

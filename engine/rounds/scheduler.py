@@ -9,15 +9,17 @@ round, and stalls them by at most one chunk. On the CPU a round without a chunk 
 """
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from functools import partial
 from typing import Any
 
 import mlx.core as mx
 import numpy as np
+from mlx_lm.generate import generation_stream
 
 from engine.drafts.allocator import Offer, allocate
 from engine.drafts.copy_index import RecallIndex, Window
@@ -48,7 +50,6 @@ from engine.model.memory_limits import (
 )
 from engine.model.turn_cache import ConversationCache
 from engine.passes.grouped import Chunk, grouped_logits
-from engine.passes.padded import padded_logits
 from engine.rounds import run_ahead
 from engine.rounds.admission import Admission
 from engine.rounds.calibration import calibrate
@@ -168,10 +169,7 @@ class Scheduler:
 
     def reset(self) -> None:
         """Forget every stream (after a fault outside any one of them)."""
-        self.active.clear()
-        self.joining.clear()
-        self.waiting.clear()
-        self.ahead = None
+        self.active, self.joining, self.waiting, self.ahead = [], [], [], None
         self.lanes = LaneCache(list(self.loaded.kinds))
 
     @property
@@ -182,17 +180,25 @@ class Scheduler:
     def step(self) -> None:
         if self.blas is not None:
             self.blas.tune()
-        self._drop_cancelled()
-        self._admit_waiting()
-        rode = False
-        if self.active:
-            rode = self._round(self._rider())
-        if self.joining:
-            self._prefill_chunk(compute=not rode)
+        with self.on_device():
+            self._drop_cancelled()
+            self._admit_waiting()
+            rode = False
+            if self.active:
+                rode = self._round(self._rider())
+            if self.joining:
+                self._prefill_chunk(compute=not rode)
 
     def calibrate(self, repeats: int = 2) -> None:
         """Time the forward pass at a few shapes here, before any stream (``engine.rounds.calibration``)."""
-        calibrate(self, repeats)
+        with self.on_device():
+            calibrate(self, repeats)
+
+    @contextlib.contextmanager
+    def on_device(self) -> Iterator[None]:
+        """On an accelerator, MLX work goes to mlx-lm's generation stream, as its own loops' does."""
+        with mx.stream(generation_stream) if self.loaded.device != "cpu" else contextlib.nullcontext():
+            yield
 
     # -- internals -----------------------------------------------------------
     def _drop_cancelled(self) -> None:
@@ -363,7 +369,7 @@ class Scheduler:
         self.lanes.begin_round(r.width, sizes)
         # Padding repeats a stream's last row: masked out by position, never kept.
         inputs = [row + [row[-1]] * (r.width - len(row)) for row in r.rows]
-        logits = self.padded(self.lanes, mx.array(inputs, dtype=mx.int32))
+        logits = self.passes.padded(self.model, self.lanes, mx.array(inputs, dtype=mx.int32))
         return self._choices(r, mx.argmax(logits, axis=-1), [logits[i, : sizes[i]] for i in r.sampling])
 
     def _choices(self, r: Round, choices: mx.array, picked: list[Any]) -> tuple[list[list[int]], list[Any], bool]:
@@ -411,13 +417,6 @@ class Scheduler:
                 failures[i] = exc
                 done.append(i)
         return done, failures
-
-    def padded(self, lanes: LaneCache, tokens: mx.array) -> mx.array:
-        """A padded pass's logits (after ``lanes.begin_round``): mlx-lm's model, or its arithmetic with
-        the rotary table made once (``engine.passes.padded``)."""
-        if self.passes.rope_table:
-            return padded_logits(self.model, lanes, tokens)
-        return self.model(tokens, cache=lanes.views)
 
     def _leave(self, row: int) -> None:
         s = self.active.pop(row)
