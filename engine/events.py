@@ -42,10 +42,12 @@ class Request:
     None means the model family's default. ``copy_history`` is a snapshot from
     ``CopyRates.snapshot()`` (the store keeps one per conversation). ``conversation``
     names the conversation: its earlier turns' KV cache is reused, and Recall does not
-    copy from the conversation itself.
+    copy from the conversation itself. ``prefix_cache`` (a request naming no conversation, as the
+    API server's): reuse and keep KV caches by the longest common token prefix with earlier such
+    requests (``engine.model.turn_cache``). ``tools`` go to the chat template, as OpenAI's API sends them.
     """
 
-    messages: tuple[Mapping[str, str], ...] = ()
+    messages: tuple[Mapping[str, Any], ...] = ()
     prompt_tokens: tuple[int, ...] | None = None
     max_tokens: int = 512
     temperature: float = 0.0
@@ -58,6 +60,8 @@ class Request:
     copy_history: Mapping[str, Mapping[str, float]] | None = None
     conversation: str | None = None
     recall_exclude: str | None = None  # a Recall document to skip without naming the conversation
+    prefix_cache: bool = False
+    tools: tuple[Mapping[str, Any], ...] = ()
     id: str = field(default_factory=new_request_id)
 
 

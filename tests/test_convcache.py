@@ -52,3 +52,22 @@ def test_least_recently_used_is_evicted_by_bytes() -> None:
     assert cc.nbytes <= cc.max_bytes
     cc.put("huge", list(range(256)), caches(256 * 4))  # bigger than the whole budget: not kept
     assert cc.take("huge", list(range(10))) is None
+
+
+def test_take_longest_finds_the_request_whose_tokens_a_prompt_extends() -> None:
+    """The module's worked example: a prompt reusing most of an entry takes it, one sharing a little
+    gets a copy and leaves the entry for the client whose history it is."""
+    from engine.model.turn_cache import PREFIX
+
+    cc = ConversationCache()
+    cc.put(PREFIX + "r1", [1, 2, 3, 4], caches(4))
+    cc.put(PREFIX + "r2", [5, 6], caches(2))
+    cc.put("conversation-7", [1, 2, 3, 4, 5], caches(5))  # the window's, found by its id only
+    short = cc.take_longest([1, 7])
+    assert short is not None and short[1] == 1 and all(c.offset == 1 for c in short[0])
+    assert len(cc) == 3
+    got, reused = cc.take_longest([1, 2, 3, 9])
+    assert reused == 3 and all(c.offset == 3 for c in got)
+    assert len(cc) == 2  # r1 was taken
+    assert cc.take_longest([1, 2, 3, 9]) is None  # only the conversation's entry shares that prefix now
+    assert cc.take_longest([8, 9]) is None

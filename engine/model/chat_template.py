@@ -51,14 +51,18 @@ def plain(messages: Sequence[Message]) -> str:
     return "\n\n".join([*lines, "Assistant:"])
 
 
-def render(tokenizer: TokenizerWrapper, messages: Sequence[Message]) -> Rendered:
-    """Prompt tokens for ``messages`` ending where the assistant's reply starts."""
+def render(tokenizer: TokenizerWrapper, messages: Sequence[Message],
+           tools: Sequence[Message] = ()) -> Rendered:
+    """Prompt tokens for ``messages`` (and the ``tools`` a template may describe to the model)
+    ending where the assistant's reply starts."""
     if not tokenizer.has_chat_template:
         return Rendered(list(tokenizer.encode(plain(messages))), PLAIN)
+    extra = {"tools": list(tools)} if tools else {}
     try:
-        return Rendered(list(tokenizer.apply_chat_template(list(messages), add_generation_prompt=True)), None)
+        return Rendered(list(tokenizer.apply_chat_template(list(messages), add_generation_prompt=True, **extra)),
+                        None)
     except TemplateError:
         if not any(m["role"] == "system" for m in messages):
             raise
-    tokens = tokenizer.apply_chat_template(fold_system(messages), add_generation_prompt=True)
+    tokens = tokenizer.apply_chat_template(fold_system(messages), add_generation_prompt=True, **extra)
     return Rendered(list(tokens), FOLDED)

@@ -9,6 +9,13 @@ layer's state (``ArraysCache``) holds all of its tokens and cannot be trimmed, s
 a model with such layers reuses a turn's caches only when the new prompt starts
 with every token they hold (a follow-up turn whose template re-renders the earlier
 ones unchanged).
+
+Requests that name no conversation (the API server's: each resends its whole history) are
+kept under ``PREFIX`` keys and found by the longest common token prefix instead
+(``take_longest``). Worked example: cached ``prefix:r1`` holds tokens [1, 2, 3, 4]; a prompt
+[1, 2, 3, 9] takes it trimmed to [1, 2, 3] (3 of 4 held tokens: more than half, so the entry
+itself is used); a prompt [1, 7] shares only [1], so it gets a copy of that one position and
+``prefix:r1`` stays for the client whose history it is.
 """
 
 from __future__ import annotations
@@ -18,9 +25,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from mlx_lm.models.cache import ArraysCache
+from mlx_lm.models.cache import ArraysCache, KVCache
 
 from engine.model.machine import trim_heap
+
+PREFIX = "prefix:"  # keys of requests found by their tokens rather than by a conversation
 
 
 @dataclass
@@ -70,6 +79,32 @@ class ConversationCache:
             if not isinstance(c, ArraysCache):
                 c.trim(c.offset - reuse)
         return entry.caches, reuse
+
+    def take_longest(self, prompt: Sequence[int]) -> tuple[list[Any], int] | None:
+        """The ``PREFIX`` entry sharing the longest token prefix with ``prompt``, as ``take`` gives it:
+        taken whole when the prompt reuses at least half of it, else a copy of the shared positions
+        (the entry stays for a prompt that continues it). None when nothing is shared."""
+        best, key = 0, None
+        for k, entry in self._entries.items():  # oldest first: on a tie, the most recent wins
+            if not k.startswith(PREFIX):
+                continue
+            n = min(common_prefix(entry.tokens, prompt), len(prompt) - 1)
+            if n < len(entry.tokens) and any(isinstance(c, ArraysCache) for c in entry.caches):
+                continue
+            if n > 0 and n >= best:
+                best, key = n, k
+        if key is None:
+            return None
+        entry = self._entries[key]
+        if 2 * best >= len(entry.tokens):
+            return self.take(key, prompt)
+        self._entries.move_to_end(key)
+        copies = []
+        for c in entry.caches:  # only KVCache here: a recurrent entry is never cut (above)
+            kv = KVCache()
+            kv.state = (c.keys[..., :best, :], c.values[..., :best, :], best)
+            copies.append(kv)
+        return copies, best
 
     def put(self, conversation: str, tokens: Sequence[int], caches: list[Any]) -> None:
         self._entries.pop(conversation, None)

@@ -35,7 +35,7 @@ class Admission:
         if request.prompt_tokens is not None:
             rendered = Rendered(list(request.prompt_tokens), None)
         else:
-            rendered = render(self.loaded.tokenizer, request.messages)
+            rendered = render(self.loaded.tokenizer, request.messages, request.tools)
         tokens = rendered.tokens
         if len(tokens) < 2:
             raise LanesError("a prompt needs at least two tokens: give at least one message")

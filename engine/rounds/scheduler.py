@@ -48,7 +48,7 @@ from engine.model.memory_limits import (
     machine_memory,
     weight_bytes,
 )
-from engine.model.turn_cache import ConversationCache
+from engine.model.turn_cache import PREFIX, ConversationCache
 from engine.passes.grouped import Chunk, grouped_logits
 from engine.rounds import run_ahead
 from engine.rounds.admission import Admission
@@ -141,10 +141,10 @@ class Scheduler:
     def _join(self, request: Request, prompt: list[int]) -> None:
         stream = Stream.start(request, prompt, self.loaded.family, self.tokenizer)
         caches: list[Any] | None = None
-        if request.conversation:
-            taken = self.conversations.take(request.conversation, prompt)
-            if taken is not None:
-                caches, stream.reused = taken
+        taken = (self.conversations.take(request.conversation, prompt) if request.conversation
+                 else self.conversations.take_longest(prompt) if request.prefix_cache else None)
+        if taken is not None:
+            caches, stream.reused = taken
         if caches is None:
             caches = make_caches(list(self.loaded.kinds))
         self.joining.append(Joining(stream, caches, stream.reused))
@@ -420,7 +420,7 @@ class Scheduler:
 
     def _leave(self, row: int) -> None:
         s = self.active.pop(row)
-        caches = self.lanes.extract(row) if s.request.conversation else None
+        caches = self.lanes.extract(row) if s.request.conversation or s.request.prefix_cache else None
         kept = self.lanes.lengths[row]
         self.lanes.remove(row)
         self._finish(s, caches, kept)
@@ -431,8 +431,9 @@ class Scheduler:
         self._fail(s, exc)
 
     def _finish(self, s: Stream, caches: list[Any] | None, kept: int = 0) -> None:
-        if caches is not None and s.request.conversation:
-            self.conversations.put(s.request.conversation, (s.prompt + s.output)[:kept], caches)
+        if caches is not None:
+            key = s.request.conversation or PREFIX + s.id
+            self.conversations.put(key, (s.prompt + s.output)[:kept], caches)
         now = time.perf_counter()
         stats = ReplyStats(
             prompt_tokens=len(s.prompt), generated=len(s.output), seconds=now - s.started,
