@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -99,6 +100,21 @@ def main(argv: list[str] | None = None) -> int:
     recall.add_argument("--conversation", type=int, default=None,
                         help="let this conversation be recalled from (on) or not (off)")
 
+    serve = sub.add_parser("serve", parents=[data], help="serve the model over a local OpenAI-compatible API")
+    serve.add_argument("--host", default="127.0.0.1",
+                       help="interface to listen on (default: this machine only; another needs --api-key)")
+    serve.add_argument("--port", type=int, default=8080, help="port (default 8080; 0: any free one)")
+    serve.add_argument("--model", default=None, help="model (default: the embedded SmolLM2-135M)")
+    serve.add_argument("--api-key", default=os.environ.get("LANES_API_KEY"),
+                       help="key every request must send as 'Authorization: Bearer KEY' (default: $LANES_API_KEY)")
+    serve.add_argument("--cors-origin", action="append", default=[],
+                       help="let web pages of this origin call the API (repeatable; default: none)")
+    serve.add_argument("--max-requests", type=int, default=32, help="requests running or queued at once; "
+                       "more are answered 429 (default 32)")
+    serve.add_argument("--max-body-mb", type=float, default=8.0, help="largest request body (default 8 MiB)")
+    serve.add_argument("--save-conversations", action="store_true",
+                       help="save each chat request and its reply as a conversation in the store")
+
     sub.add_parser("move-aside", parents=[data], help="rename an unusable database so Lanes starts fresh")
 
     make = sub.add_parser("make-model", help="write a model folder for tests and benchmarks (engine/made_models.py)")
@@ -131,6 +147,10 @@ def main(argv: list[str] | None = None) -> int:
 
             print(f"{args.page}: {'updated' if update(args.page, args.results) else 'already current'}")
             return 0
+        if args.command == "serve":
+            from engine.service.serve_cli import serve_command
+
+            return serve_command(args)
         if args.command == "soak":
             from engine.bench import soak
 
