@@ -60,6 +60,10 @@ class ChatController(QObject):
     comparisonRunDone = Signal(object)  # Run
     comparisonSaved = Signal(object)  # Comparison
     comparisonFailed = Signal(str)
+    serverStarted = Signal(str)  # the local API's URL
+    serverStopped = Signal(str)  # why, in words ("" when the user stopped it)
+    serverFailed = Signal(str)  # why it could not start (a port in use, the model not loaded)
+    serverRequests = Signal(int)  # API requests running or queued now (from the server's thread)
 
     _serviceEvent = Signal(object)
     _compareEvent = Signal(object)
@@ -179,7 +183,32 @@ class ChatController(QObject):
             else:
                 self.modelFailed.emit(str(exc))
 
-        self.when_done(self.service.switch_model(model), lambda _e: self._watch_model(), refused)
+        serving = self.service.server is not None
+
+        def switched(_engine: Engine) -> None:
+            if serving:
+                self.serverStopped.emit("the model changed: start the server again to serve the new one")
+            self._watch_model()
+
+        self.when_done(self.service.switch_model(model), switched, refused)
+
+    # -- the local API server (engine.server) --------------------------------------------------------
+    def start_server(self) -> None:
+        self.when_done(self.service.start_server(self.serverRequests.emit), self.serverStarted.emit,
+                       lambda exc: self.serverFailed.emit(str(exc)))
+
+    def stop_server(self, why: str = "") -> None:
+        self.when_done(self.service.stop_server(), lambda _r: self.serverStopped.emit(why))
+
+    def set_api_saves_conversations(self, on: bool) -> None:
+        from engine.service.api_saving import SETTING
+
+        self.store_call(lambda s: s.set_setting(SETTING, on))
+
+    def api_saves_conversations(self, on_result: Callable[[bool], None]) -> None:
+        from engine.service.api_saving import SETTING
+
+        self.store_call(lambda s: bool(s.setting(SETTING, False)), on_result)
 
     # -- conversations ---------------------------------------------------------------------------
     def list_conversations(self, offset: int, limit: int, on_result: Callable[[list[ConversationSummary]], None]) -> None:

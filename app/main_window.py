@@ -26,6 +26,7 @@ from PySide6.QtWidgets import (
 from app.chat_view import ChatView, Composer
 from app.controller import ChatController
 from app.preferences import Preferences, save_preferences
+from app.server_menu import ServerMenu
 from app.settings_dialog import SettingsDialog
 from app.sidebar import Sidebar
 from app.theme import OriginLegend
@@ -149,6 +150,7 @@ class MainWindow(QMainWindow):
         self.origins_action = self._action("&View", "Colour Tokens by Origin", self.toggle_origins, "Ctrl+Shift+O")
         self.origins_action.setCheckable(True)
         self.origins_action.setChecked(self.prefs.show_origins)
+        self.server_menu = ServerMenu(self, self.controller)
 
     def _connect(self) -> None:
         c = self.controller

@@ -8,6 +8,9 @@
   old one is unloaded, so a bad setting is refused while the working model keeps running.
 - ``ChatService.start_reply``: one thread per reply, running ``ChatSession`` to the end and passing
   every event to ``on_event`` on that thread (the window re-posts them to its own thread).
+- ``ChatService.start_server`` / ``stop_server``: the local API (``engine.server``) over the window's
+  own engine, so API requests and the window's chats share rounds; started and stopped on the
+  ``lanes-model`` thread, stopped before a model switch.
 - ``ChatService.close``: stops every reply (each is saved as partial, with its copy history),
   joins every thread, and stops the engine.
 
@@ -29,7 +32,9 @@ from engine.events import Event, ModelInfo
 from engine.job_thread import JobThread
 from engine.model.locate import locate_model
 from engine.rounds.engine_thread import Engine
-from engine.service import comparisons
+from engine.server.app import ServerOptions
+from engine.server.server import DEFAULT_PORT, ApiServer
+from engine.service import api_saving, comparisons
 from engine.service.compare import CompareSpec, Run, run_comparison
 from engine.service.session import ChatSession, Reply, ReplySettings
 from engine.store.records import Comparison, Message
@@ -136,6 +141,33 @@ class ChatService:
         self.comparisons: set[ComparisonTask] = set()
         self._lock = threading.Lock()
         self._closed = False
+        self.server: ApiServer | None = None
+
+    def start_server(self, on_change: Callable[[int], None], port: int = DEFAULT_PORT) -> Future[str]:
+        """Serve this engine on loopback once its model is ready; resolves to the API's URL (a port in
+        use fails it with a LanesError naming the port). ``on_change(running)`` comes from the
+        server's thread. Requests are saved as conversations when the store's setting says so."""
+
+        def start() -> str:
+            if self.server is not None:
+                return self.server.url
+            engine = self.engine
+            name = engine.info().name
+            save = api_saving.saver(self.db, name) if self.db.setting(api_saving.SETTING, False) else None
+            server = ApiServer(engine, port=port, options=ServerOptions(save=save), on_change=on_change)
+            server.start()
+            self.server = server
+            return server.url
+
+        return self._models.submit(start)
+
+    def stop_server(self) -> Future[None]:
+        return self._models.submit(self._stop_server)
+
+    def _stop_server(self) -> None:
+        if self.server is not None:
+            self.server.stop()
+            self.server = None
 
     def switch_model(self, model: str | None) -> Future[Engine]:
         """Check ``model``, then stop every reply and load it, on the ``lanes-model`` thread; the
@@ -148,6 +180,7 @@ class ChatService:
 
     def _switch(self, model: str | None) -> Engine:
         locate_model(model)
+        self._stop_server()
         self.cancel_all()
         self.join_replies()
         self.engine.close(timeout=None)
@@ -301,6 +334,7 @@ class ChatService:
         with self._lock:
             self._closed = True
         self.cancel_all(partial=True)
+        self._models.submit(self._stop_server)
         self._models.close(timeout=None)
         self.join_replies()
         self.store.close()
