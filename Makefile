@@ -5,6 +5,8 @@
 #   make bench  the three benchmark workloads, JSON results under out/ (bench-heldout: the held-out two)
 #   make bench-families  copy-heavy on another architecture (qwen2), and llama's CPU passes against the generic one
 #   make bench-loaded  copy-heavy with two busy processes beside it: out/bench-loaded-copy-heavy.*
+#   make bench-server  16 OpenAI clients on loopback (out/bench-server.json), and the agent workload through
+#                      Lanes' server and mlx_lm.server side by side, 4 clients (out/bench-agent.json)
 #   make bench-store  the store at scale (10,000 conversations, synthetic, temp folder): out/bench-store.*
 #   make soak   8 streams through the engine for 20 minutes: errors and memory growth, out/soak.*
 #   make bench-ui  window responsiveness with 4 replies streaming at once (GUI-thread stalls): out/bench-ui.*
@@ -39,7 +41,7 @@ else
 WITH_BLAS =
 endif
 
-.PHONY: help setup openblas run test lint format bench bench-heldout bench-loaded bench-families bench-store bench-ui soak screenshots package \
+.PHONY: help setup openblas run test lint format bench bench-heldout bench-loaded bench-families bench-server bench-store bench-ui soak screenshots package \
 	clean distclean
 
 help:
@@ -100,6 +102,14 @@ format: setup
 
 test: setup lint
 	$(WITH_BLAS) QT_QPA_PLATFORM=offscreen $(PY) -m pytest
+
+bench-server: setup
+	@mkdir -p out
+	$(WITH_BLAS) $(VENV)/bin/lanes bench-server --mode load --clients 16 --requests 64 --max-tokens 128 \
+	  --json out/bench-server.json
+	$(WITH_BLAS) $(VENV)/bin/lanes make-model embedded-as-qwen2 out/embedded-qwen2
+	$(WITH_BLAS) $(VENV)/bin/lanes bench-server --mode agent --targets lanes,mlx-lm --clients 4 \
+	  --model out/embedded-qwen2 --json out/bench-agent.json
 
 bench: setup
 	@mkdir -p out

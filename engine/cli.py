@@ -130,6 +130,17 @@ def main(argv: list[str] | None = None) -> int:
     bstore.add_argument("--repeats", type=int, default=20)
     bstore.add_argument("--json", type=Path, default=None, help="write results here")
 
+    bserver = sub.add_parser("bench-server", help="OpenAI clients on loopback against served models")
+    bserver.add_argument("--mode", choices=("load", "agent"), default="load")
+    bserver.add_argument("--targets", default="lanes", help="comma-separated: lanes, mlx-lm (mlx_lm.server)")
+    bserver.add_argument("--clients", type=int, default=16)
+    bserver.add_argument("--requests", type=int, default=64, help="load mode: requests in all")
+    bserver.add_argument("--workload", type=Path, default=Path("resources/workloads/mixed.jsonl"))
+    bserver.add_argument("--sessions", type=Path, default=Path("resources/workloads/agent.jsonl"))
+    bserver.add_argument("--max-tokens", type=int, default=None, help="load mode: override each line's max_tokens")
+    bserver.add_argument("--model", default=None, help="model (default: the embedded one; mlx-lm needs a folder)")
+    bserver.add_argument("--json", type=Path, default=None)
+
     report = sub.add_parser("bench-report", help="remake docs/benchmarks.md's tables from the JSON in docs/bench/")
     report.add_argument("--page", type=Path, default=Path("docs/benchmarks.md"))
     report.add_argument("--results", type=Path, default=Path("docs/bench"))
@@ -147,6 +158,10 @@ def main(argv: list[str] | None = None) -> int:
 
             print(f"{args.page}: {'updated' if update(args.page, args.results) else 'already current'}")
             return 0
+        if args.command == "bench-server":
+            from engine.bench import server_bench
+
+            return server_bench.main(args)
         if args.command == "serve":
             from engine.service.serve_cli import serve_command
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.bench.report import BEGIN, END, row, table, update
+from engine.bench.report import BEGIN, END, SERVER_BEGIN, row, table, update
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -46,6 +46,7 @@ def test_update_replaces_only_the_blocks(tmp_path: Path) -> None:
     (tmp_path / "cpu-copy-heavy.json").write_text(json.dumps(result({"plain": 4.0})))
     page = tmp_path / "page.md"
     blocks = "".join(f"## {d}\nprose {d}\n{BEGIN.format(device=d)}\nold\n{END.format(device=d)}\n" for d in ("gpu", "cpu"))
+    blocks += f"## server\n{SERVER_BEGIN}\nold\n{END.format(device='server')}\n"
     page.write_text(f"# head\n{blocks}tail\n")
     assert update(page, tmp_path)
     text = page.read_text()

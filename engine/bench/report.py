@@ -18,9 +18,10 @@ from pathlib import Path
 from typing import Any
 
 BEGIN = "<!-- bench-report {device}: made from docs/bench/{device}-*.json by `lanes bench-report` -->"
+SERVER_BEGIN = "<!-- bench-report server: made from docs/bench/*-server.json and *-agent.json by `lanes bench-report` -->"
 END = "<!-- /bench-report {device} -->"
 DEVICES = ("gpu", "cpu")
-NOT_THROUGHPUT = ("soak", "store", "ui")  # results with sections of their own
+NOT_THROUGHPUT = ("soak", "store", "ui", "server", "agent")  # results with sections of their own
 ORDER = ("copy-heavy", "no-copy", "mixed", "heldout-copy", "heldout-mixed", "long-context")
 
 
@@ -83,17 +84,41 @@ def _machine(m: dict[str, Any]) -> str:
     return ", ".join(str(p) for p in (m.get("processor"), f"{m.get('cores')} cores", m.get("device"), backend) if p)
 
 
+def server_table(folder: Path) -> str:
+    """The API server's results (``lanes bench-server``: ``DEVICE-server.json``, ``DEVICE-agent.json``):
+    a row per target, and the ratio of each target's aggregate tok/s to mlx-lm's where both ran."""
+    lines = ["| result | mode | clients | target | requests | errors | tok/s | / mlx-lm | latency p50 / p90 / p99 s "
+             "| first token p50 / p90 s | measured |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    machines = set()
+    for path in sorted([*folder.glob("*-server.json"), *folder.glob("*-agent.json")]):
+        r = json.loads(path.read_text())
+        machines.add(_machine(r["machine"]))
+        base = r["targets"].get("mlx-lm", {}).get("tok_s")
+        for target, t in r["targets"].items():
+            lat, first = t["latency_s"], t["first_token_s"]
+            lines.append("| " + " | ".join([
+                path.stem, r["mode"], str(r["clients"]), target, str(t["requests"]), str(len(t["errors"])),
+                f"{t['tok_s']:.1f}", _ratio(t["tok_s"], base) if target != "mlx-lm" else "-",
+                f"{lat['p50']} / {lat['p90']} / {lat['p99']}", f"{first['p50']} / {first['p90']}", r["measured"],
+            ]) + " |")
+    if len(lines) == 2:
+        return "No results yet."
+    return "\n".join([*lines, "", *[f"Machine: {m}." for m in sorted(machines)]])
+
+
 def update(page: Path, folder: Path) -> bool:
-    """Replace each device's generated block in ``page``; returns whether the page changed."""
+    """Replace each device's generated block (and the server's) in ``page``; returns whether it changed."""
     text = page.read_text()
     new = text
-    for device in DEVICES:
-        begin, end = BEGIN.format(device=device), END.format(device=device)
+    for device in (*DEVICES, "server"):
+        begin = SERVER_BEGIN if device == "server" else BEGIN.format(device=device)
+        end = END.format(device=device)
         if begin not in new or end not in new:
             raise ValueError(f"{page} has no block for {device} (lines '{begin}' ... '{end}')")
         head, rest = new.split(begin, 1)
         _, tail = rest.split(end, 1)
-        new = f"{head}{begin}\n{table(device, folder)}\n{end}{tail}"
+        made = server_table(folder) if device == "server" else table(device, folder)
+        new = f"{head}{begin}\n{made}\n{end}{tail}"
     if new != text:
         page.write_text(new)
     return new != text
