@@ -30,16 +30,18 @@ def test_clients_load_and_agent_sessions_through_the_server(loaded, tmp_path: Pa
             server.stop()
     assert load["errors"] == [] and load["requests"] == 3 and load["completion_tokens"] == 24
     assert set(load["latency_s"]) == {"p50", "p90", "p99", "max"} and load["tok_s"] > 0
+    assert 0 <= load["copied_tokens"] <= load["completion_tokens"]
     assert agent["errors"] == [] and agent["requests"] == 2  # one session, two turns
 
 
 def test_server_table_rows_and_ratio_to_mlx_lm(tmp_path: Path) -> None:
     pct = {"p50": 1.0, "p90": 2.0, "p99": 3.0, "max": 3.5}
-    target = {"requests": 12, "errors": [], "tok_s": 50.0, "latency_s": pct, "first_token_s": pct}
+    target = {"requests": 12, "errors": [], "tok_s": 50.0, "latency_s": pct, "first_token_s": pct,
+              "completion_tokens": 400, "copied_tokens": 100}
     result = {"mode": "agent", "clients": 4, "machine": {"processor": "cpu", "cores": 2}, "measured": "2026-12-04",
               "targets": {"lanes": target, "mlx-lm": {**target, "tok_s": 20.0}}}
     (tmp_path / "cpu-agent.json").write_text(json.dumps(result))
     rows = server_table(tmp_path).splitlines()
-    assert rows[2] == "| cpu-agent | agent | 4 | lanes | 12 | 0 | 50.0 | 2.50 | 1.0 / 2.0 / 3.0 | 1.0 / 2.0 | 2026-12-04 |"
-    assert rows[3].startswith("| cpu-agent | agent | 4 | mlx-lm | 12 | 0 | 20.0 | - |")
+    assert rows[2] == "| cpu-agent | agent | 4 | lanes | 12 | 0 | 50.0 | 2.50 | 25% | 1.0 / 2.0 / 3.0 | 1.0 / 2.0 | 2026-12-04 |"
+    assert rows[3].startswith("| cpu-agent | agent | 4 | mlx-lm | 12 | 0 | 20.0 | - | - |")
     assert server_table(tmp_path / "none") == "No results yet."

@@ -27,7 +27,9 @@ from typing import Any
 
 from engine.bench.workloads import load_workload
 
-Job = Callable[[Any], tuple[int, float, float]]  # client -> (completion tokens, seconds, first-token seconds)
+# One request's completion tokens, seconds, first-token seconds, and tokens copied (from Lanes' extra
+# ``lanes`` field of the usage chunk; 0 from servers without it).
+Measure = tuple[int, float, float, int]
 
 
 def _percentiles(xs: list[float]) -> dict[str, float]:
@@ -37,9 +39,9 @@ def _percentiles(xs: list[float]) -> dict[str, float]:
     return {"p50": round(qs[49], 3), "p90": round(qs[89], 3), "p99": round(qs[98], 3), "max": round(max(xs), 3)}
 
 
-def _chat(client: Any, model: str, messages: list[dict[str, str]], max_tokens: int) -> tuple[str, int, float, float]:
+def _chat(client: Any, model: str, messages: list[dict[str, str]], max_tokens: int) -> tuple[str, Measure]:
     t0 = time.perf_counter()
-    first, parts, tokens = None, [], 0
+    first, parts, tokens, copied = None, [], 0, 0
     for c in client.chat.completions.create(model=model, messages=messages, max_tokens=max_tokens, temperature=0,
                                             stream=True, stream_options={"include_usage": True}):
         if c.choices and c.choices[0].delta.content:
@@ -47,17 +49,19 @@ def _chat(client: Any, model: str, messages: list[dict[str, str]], max_tokens: i
             parts.append(c.choices[0].delta.content)
         if c.usage is not None:
             tokens = c.usage.completion_tokens
-    return "".join(parts), tokens, time.perf_counter() - t0, first or 0.0
+            origins = (c.model_extra or {}).get("lanes", {}).get("tokens_by_origin", {})
+            copied = origins.get("context", 0) + origins.get("recall", 0)
+    return "".join(parts), (tokens, time.perf_counter() - t0, first or 0.0, copied)
 
 
-def run_clients(url: str, jobs: list[Callable[[Any], list[tuple[int, float, float]]]], clients: int) -> dict[str, Any]:
+def run_clients(url: str, jobs: list[Callable[[Any], list[Measure]]], clients: int) -> dict[str, Any]:
     """Run ``jobs`` on ``clients`` threads, each with its own OpenAI client; their measurements summed."""
     import openai
 
-    todo: queue.Queue[Callable[[Any], list[tuple[int, float, float]]]] = queue.Queue()
+    todo: queue.Queue[Callable[[Any], list[Measure]]] = queue.Queue()
     for j in jobs:
         todo.put(j)
-    done: list[tuple[int, float, float]] = []
+    done: list[Measure] = []
     errors: list[str] = []
     lock = threading.Lock()
 
@@ -85,6 +89,7 @@ def run_clients(url: str, jobs: list[Callable[[Any], list[tuple[int, float, floa
     wall = time.perf_counter() - t0
     tokens = sum(d[0] for d in done)
     return {"requests": len(done), "errors": errors, "seconds": round(wall, 3), "completion_tokens": tokens,
+            "copied_tokens": sum(d[3] for d in done),
             "tok_s": round(tokens / wall, 2) if wall > 0 else 0.0,
             "latency_s": _percentiles([d[1] for d in done]), "first_token_s": _percentiles([d[2] for d in done])}
 
@@ -92,10 +97,9 @@ def run_clients(url: str, jobs: list[Callable[[Any], list[tuple[int, float, floa
 def load_jobs(model: str, workload: Path, requests: int, max_tokens: int | None) -> list[Callable[[Any], Any]]:
     items = load_workload(workload, max_tokens)
 
-    def job(item: Any) -> Callable[[Any], list[tuple[int, float, float]]]:
-        def run(client: Any) -> list[tuple[int, float, float]]:
-            _, n, secs, first = _chat(client, model, [dict(m) for m in item.messages], item.max_tokens)
-            return [(n, secs, first)]
+    def job(item: Any) -> Callable[[Any], list[Measure]]:
+        def run(client: Any) -> list[Measure]:
+            return [_chat(client, model, [dict(m) for m in item.messages], item.max_tokens)[1]]
         return run
 
     return [job(items[i % len(items)]) for i in range(requests)]
@@ -104,27 +108,26 @@ def load_jobs(model: str, workload: Path, requests: int, max_tokens: int | None)
 def agent_jobs(model: str, sessions: Path) -> list[Callable[[Any], Any]]:
     lines = [json.loads(line) for line in sessions.read_text().splitlines() if line.strip()]
 
-    def job(s: dict[str, Any]) -> Callable[[Any], list[tuple[int, float, float]]]:
-        def run(client: Any) -> list[tuple[int, float, float]]:
+    def job(s: dict[str, Any]) -> Callable[[Any], list[Measure]]:
+        def run(client: Any) -> list[Measure]:
             history = [{"role": "system", "content": s["system"]}] if s.get("system") else []
             out = []
             for turn in s["turns"]:
                 history.append({"role": "user", "content": turn})
-                text, n, secs, first = _chat(client, model, history, s["max_tokens"])
+                text, measure = _chat(client, model, history, s["max_tokens"])
                 history.append({"role": "assistant", "content": text})
-                out.append((n, secs, first))
+                out.append(measure)
             return out
         return run
 
     return [job(s) for s in lines]
 
 
-def _warm_up(model: str) -> Callable[[Any], list[tuple[int, float, float]]]:
+def _warm_up(model: str) -> Callable[[Any], list[Measure]]:
     """A short chat unlike any workload's, so a server's caches and Recall hold nothing a measured
     request could reuse."""
-    def run(client: Any) -> list[tuple[int, float, float]]:
-        _, n, secs, first = _chat(client, model, [{"role": "user", "content": "Name three colours."}], 16)
-        return [(n, secs, first)]
+    def run(client: Any) -> list[Measure]:
+        return [_chat(client, model, [{"role": "user", "content": "Name three colours."}], 16)[1]]
     return run
 
 
