@@ -4,6 +4,7 @@ server (uvicorn on its own thread) over a real engine on the embedded model."""
 from __future__ import annotations
 
 import concurrent.futures
+import itertools
 import json
 import threading
 import time
@@ -156,14 +157,13 @@ def test_four_requests_at_once_equal_each_alone_and_finish_sooner(client) -> Non
 
 
 def test_a_client_that_hangs_up_cancels_its_stream(server, engine) -> None:
-    body = {"model": MODEL, "messages": user(prompts.OPEN), "max_tokens": 400, "temperature": 0, "stream": True}
+    # A reply of hundreds of tokens (greedy, it runs past 300), so it is still running after its first chunks.
+    long = "Write a long story about a lighthouse keeper."
+    body = {"model": MODEL, "messages": user(long), "max_tokens": 1000, "temperature": 0, "stream": True}
     with httpx.Client(timeout=60) as http, http.stream("POST", server.url + "/chat/completions", json=body) as r:
-        seen = 0
-        for line in r.iter_lines():
-            seen += line.startswith("data:")
-            if seen >= 3:
-                break
-        assert server.running == 1
+        lines = r.iter_lines()  # kept: a dropped iterator closes the response, which is a hang-up too
+        data = [line for line in itertools.islice(lines, 6) if line.startswith("data:")]
+        assert len(data) == 3 and server.running == 1
     assert wait_idle(engine, server)
 
 
