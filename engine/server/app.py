@@ -13,7 +13,6 @@ import hashlib
 import hmac
 import json
 import logging
-import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -75,7 +74,7 @@ class ApiService:
 
     def request(self, body: Sampling, messages: tuple[dict[str, Any], ...] = (),
                 prompt: tuple[int, ...] | None = None, tools: Sequence[dict[str, Any]] = ()) -> Request:
-        return Request(messages=messages, prompt_tokens=prompt, max_tokens=body.limit(),  # type: ignore[attr-defined]
+        return Request(messages=messages, prompt_tokens=prompt, max_tokens=body.limit(),
                        temperature=self.options.temperature if body.temperature is None else body.temperature,
                        top_p=1.0 if body.top_p is None else body.top_p, seed=body.seed, stop=body.stops(),
                        prefix_cache=True, tools=tuple(tools), recall_exclude=_doc_id(messages, prompt))
@@ -301,5 +300,4 @@ def make_app(service: ApiService) -> Starlette:
                                      allow_methods=["GET", "POST"], allow_headers=["*"]))
     app = Starlette(routes=routes, middleware=middleware, exception_handlers={HTTPException: _http_error})
     app.state.service = service
-    app.state.started = time.time()
     return app

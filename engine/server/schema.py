@@ -51,6 +51,10 @@ class Sampling(_Body):
     stream_options: StreamOptions | None = None
     n: int | None = Field(None, ge=1, le=1)
 
+    def limit(self) -> int:
+        """The reply's max tokens."""
+        return self.max_tokens or DEFAULT_MAX_TOKENS
+
     def stops(self) -> tuple[str, ...]:
         stops = [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
         if len(stops) > 4:
@@ -94,9 +98,6 @@ class ChatBody(Sampling):
 class CompletionBody(Sampling):
     prompt: str | list[str]
     echo: bool = False
-
-    def limit(self) -> int:
-        return self.max_tokens or DEFAULT_MAX_TOKENS
 
     def text(self) -> str:
         if isinstance(self.prompt, list):
