@@ -6,7 +6,8 @@
 #   make bench-families  copy-heavy on another architecture (qwen2), and llama's CPU passes against the generic one
 #   make bench-loaded  copy-heavy with two busy processes beside it: out/bench-loaded-copy-heavy.*
 #   make bench-server  16 OpenAI clients on loopback (out/bench-server.json), and the agent workload through
-#                      Lanes' server and mlx_lm.server side by side, 4 clients (out/bench-agent.json)
+#                      Lanes' server and mlx_lm.server side by side, 4 clients, on the embedded model as a
+#                      llama folder (out/bench-agent.json) and in mlx-lm's qwen2 module (out/bench-qwen2-agent.json)
 #   make bench-store  the store at scale (10,000 conversations, synthetic, temp folder): out/bench-store.*
 #   make soak   8 streams through the engine for 20 minutes: errors and memory growth, out/soak.*
 #   make bench-ui  window responsiveness with 4 replies streaming at once (GUI-thread stalls): out/bench-ui.*
@@ -107,9 +108,11 @@ bench-server: setup
 	@mkdir -p out
 	$(WITH_BLAS) $(VENV)/bin/lanes bench-server --mode load --clients 16 --requests 64 --max-tokens 128 \
 	  --json out/bench-server.json
-	$(WITH_BLAS) $(VENV)/bin/lanes make-model embedded-as-qwen2 out/embedded-qwen2
-	$(WITH_BLAS) $(VENV)/bin/lanes bench-server --mode agent --targets lanes,mlx-lm --clients 4 \
-	  --model out/embedded-qwen2 --json out/bench-agent.json
+	@set -eo pipefail; for arch in llama qwen2; do \
+	  $(WITH_BLAS) $(VENV)/bin/lanes make-model embedded-as-$$arch out/embedded-$$arch; \
+	  $(WITH_BLAS) $(VENV)/bin/lanes bench-server --mode agent --targets lanes,mlx-lm --clients 4 \
+	    --model out/embedded-$$arch --json out/bench-$$( [ $$arch = llama ] || echo "$$arch-" )agent.json; \
+	done
 
 bench: setup
 	@mkdir -p out

@@ -194,7 +194,8 @@ class ChatController(QObject):
 
     # -- the local API server (engine.server) --------------------------------------------------------
     def start_server(self) -> None:
-        self.when_done(self.service.start_server(self.serverRequests.emit), self.serverStarted.emit,
+        self.when_done(self.service.start_server(self.serverRequests.emit, on_saved=self.conversationsChanged.emit),
+                       self.serverStarted.emit,
                        lambda exc: self.serverFailed.emit(str(exc)))
 
     def stop_server(self, why: str = "") -> None:

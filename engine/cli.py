@@ -112,13 +112,16 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--max-requests", type=int, default=32, help="requests running or queued at once; "
                        "more are answered 429 (default 32)")
     serve.add_argument("--max-body-mb", type=float, default=8.0, help="largest request body (default 8 MiB)")
+    serve.add_argument("--memory-limit-gb", type=float, default=None,
+                       help="memory the model and every reply's KV may take together, in GiB (default: 60%% of "
+                       "this machine's); a request that could never fit is answered 503")
     serve.add_argument("--save-conversations", action="store_true",
                        help="save each chat request and its reply as a conversation in the store")
 
     sub.add_parser("move-aside", parents=[data], help="rename an unusable database so Lanes starts fresh")
 
     make = sub.add_parser("make-model", help="write a model folder for tests and benchmarks (engine/made_models.py)")
-    make.add_argument("kind", help="embedded-as-qwen2, an architecture for tiny random weights "
+    make.add_argument("kind", help="embedded-as-llama, embedded-as-qwen2, an architecture for tiny random weights "
                       "(qwen3, gemma3_text, gpt_oss, lfm2, qwen3_next, nemotron_h, mamba2), or a model's shape "
                       "with random weights, for speed only (llama-1b-4bit)")
     make.add_argument("folder", type=Path)

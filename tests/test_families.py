@@ -164,6 +164,24 @@ def test_real_weights_in_another_architecture_copy_and_stay_equal(loaded, tmp_pa
     assert sum(done[r.id].stats.rows["context"].accepted for r in reqs) > 10
 
 
+def test_the_embedded_model_as_a_llama_folder_runs_as_the_gguf_does(loaded, tmp_path_factory) -> None:
+    """``make-model embedded-as-llama`` (what mlx_lm.server reads in ``make bench-server``): the same
+    passes as the embedded GGUF, and every token equals mlx-lm's."""
+    llama = load_model(str(made_models.make("embedded-as-llama", tmp_path_factory.mktemp("llama"), loaded)))
+    assert type(llama.model).__module__ == "mlx_lm.models.llama"
+    assert llama.passes.name == loaded.passes.name and (llama.passes.numpy_pass is None) == (
+        loaded.passes.numpy_pass is None)
+    events: list[Event] = []
+    sched = Scheduler(llama, events.append)
+    req = Request(prompt_tokens=tuple(chat(llama, prompts.COPY)), max_tokens=48, own_copy_rates=False)
+    sched.submit(req)
+    while sched.busy:
+        sched.step()
+    [done] = [e for e in events if isinstance(e, Finished)]
+    assert list(done.tokens) == ref(llama, list(req.prompt_tokens or ()), 48)
+    assert list(done.tokens) == ref(loaded, list(req.prompt_tokens or ()), 48)  # the same model
+
+
 def test_a_recurrent_state_is_not_reused_past_where_the_prompts_part() -> None:
     """A recurrent state cannot be trimmed: a turn whose prompt leaves the cached tokens early
     prefills afresh instead of reusing a state that holds tokens it does not have."""

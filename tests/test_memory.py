@@ -37,6 +37,14 @@ def test_the_limits_follow_the_machine() -> None:
     assert big.kv_bytes > 8 * small.kv_bytes and big.conversation_cache_bytes > 8 * small.conversation_cache_bytes
 
 
+def test_a_budget_replaces_the_machines_share_and_must_hold_the_weights() -> None:
+    limits = limits_for(24 * GIB, GIB // 10, 61_440, budget=GIB)  # 1 GiB in all, 0.9 GiB past the weights
+    assert limits.kv_bytes == int((GIB - GIB // 10) * 0.75)
+    assert limits.conversation_cache_bytes == int((GIB - GIB // 10) * 0.10)
+    with pytest.raises(MemoryLimitError, match="weights take 1,024 MiB, more than the memory limit of 512 MiB"):
+        limits_for(24 * GIB, GIB, 61_440, budget=GIB // 2)
+
+
 def ask(chat_prompt, text: str, max_tokens: int) -> Request:
     return Request(prompt_tokens=tuple(chat_prompt(text)), max_tokens=max_tokens)
 

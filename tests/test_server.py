@@ -13,7 +13,8 @@ import httpx2 as httpx
 import openai
 import pytest
 
-from engine.errors import LanesError
+from engine.errors import LanesError, MemoryLimitError
+from engine.model.memory_limits import weight_bytes
 from engine.rounds.engine_thread import Engine
 from engine.server.app import ServerOptions
 from engine.server.server import ApiServer
@@ -200,6 +201,27 @@ def test_limits_answer_413_and_429_instead_of_hanging(engine) -> None:
         assert c.chat.completions.create(model=MODEL, messages=user("hi"), max_tokens=4).choices[0].message.content
     finally:
         srv.stop()
+
+
+def test_a_request_beyond_the_memory_limit_is_answered_503_naming_it(loaded) -> None:
+    limit = weight_bytes(loaded.model) + 96 * 2**20  # KV for ~1,200 tokens of the embedded model
+    with Engine(loader=lambda _spec: loaded, calibrate=False, memory_limit=limit) as eng:
+        srv = ApiServer(eng, port=0)
+        srv.start()
+        try:
+            c = openai.OpenAI(base_url=srv.url, api_key="unused", max_retries=0, timeout=60)
+            with pytest.raises(openai.APIStatusError, match="MiB of KV memory") as full:
+                c.chat.completions.create(model=MODEL, messages=user("hi"), max_tokens=4000)
+            assert full.value.status_code == 503 and full.value.code == "insufficient_memory"
+            assert c.chat.completions.create(model=MODEL, messages=user("hi"), max_tokens=4).usage.completion_tokens
+        finally:
+            srv.stop()
+
+
+def test_a_memory_limit_the_weights_fill_fails_the_load_by_name(loaded) -> None:
+    with Engine(loader=lambda _spec: loaded, calibrate=False, memory_limit=2**20) as eng, \
+            pytest.raises(MemoryLimitError, match="more than the memory limit of 1 MiB"):
+        eng.info(timeout=60)
 
 
 def test_another_interface_needs_an_api_key_checked_on_every_request(engine) -> None:

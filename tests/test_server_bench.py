@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from engine.bench.report import server_table
-from engine.bench.server_bench import agent_jobs, load_jobs, run_clients
+from engine.bench.server_bench import agent_jobs, load_jobs, model_architecture, run_clients
 from engine.rounds.engine_thread import Engine
 from engine.server.server import ApiServer
 
@@ -38,10 +38,17 @@ def test_server_table_rows_and_ratio_to_mlx_lm(tmp_path: Path) -> None:
     pct = {"p50": 1.0, "p90": 2.0, "p99": 3.0, "max": 3.5}
     target = {"requests": 12, "errors": [], "tok_s": 50.0, "latency_s": pct, "first_token_s": pct,
               "completion_tokens": 400, "copied_tokens": 100}
-    result = {"mode": "agent", "clients": 4, "machine": {"processor": "cpu", "cores": 2}, "measured": "2026-12-04",
+    result = {"mode": "agent", "architecture": "llama", "clients": 4, "machine": {"processor": "cpu", "cores": 2}, "measured": "2026-12-04",
               "targets": {"lanes": target, "mlx-lm": {**target, "tok_s": 20.0}}}
     (tmp_path / "cpu-agent.json").write_text(json.dumps(result))
     rows = server_table(tmp_path).splitlines()
-    assert rows[2] == "| cpu-agent | agent | 4 | lanes | 12 | 0 | 50.0 | 2.50 | 25% | 1.0 / 2.0 / 3.0 | 1.0 / 2.0 | 2026-12-04 |"
-    assert rows[3].startswith("| cpu-agent | agent | 4 | mlx-lm | 12 | 0 | 20.0 | - | - |")
+    assert rows[2] == "| cpu-agent | llama | agent | 4 | lanes | 12 | 0 | 50.0 | 2.50 | 25% | 1.0 / 2.0 / 3.0 | 1.0 / 2.0 | 2026-12-04 |"
+    assert rows[3].startswith("| cpu-agent | llama | agent | 4 | mlx-lm | 12 | 0 | 20.0 | - | - |")
     assert server_table(tmp_path / "none") == "No results yet."
+
+
+def test_results_name_the_modelsmodel_architecture(tmp_path: Path) -> None:
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "qwen2"}))
+    assert model_architecture(str(tmp_path)) == "qwen2"
+    assert model_architecture(None) == "llama"  # the embedded SmolLM2
+    assert model_architecture("mlx-community/Some-Model") == "?"  # not a folder here: unknown, not guessed

@@ -77,7 +77,7 @@ def test_saved_requests_become_conversations(tmp_path) -> None:
     try:
         request = Request(messages=({"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi there"},
                                     {"role": "tool", "content": "42"}), max_tokens=9)
-        saver(store, "m")(request, finished("Hello"))
+        saver("m")(store, request, finished("Hello"))
         [summary] = store.list_conversations()
         conv = store.conversation(summary.id)
         assert conv.system_prompt == "Be brief." and conv.title == "Hi there"

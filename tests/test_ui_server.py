@@ -41,22 +41,25 @@ def test_server_menu_serves_the_windows_engine(qtbot, loaded, chat_prompt, refer
     with Store(tmp_path / "lanes.db") as store:
         assert store.count_conversations() == 0  # not saved unless asked
 
-    menu.save_action.trigger()  # saved from now on (the store's setting)
+    menu.save_action.trigger()  # saved from now on (the store's setting), without a restart
     def saving() -> bool:
         with Store(tmp_path / "lanes.db") as store:
             return store.setting("api_saves_conversations") is True
 
     qtbot.waitUntil(saving)
-    menu.toggle_action.trigger()  # stop; a restart reads the setting
-    qtbot.waitUntil(lambda: menu.url is None, timeout=30000)
-    assert not menu.label.isVisible() and menu.state_action.text() == "Not running"
-    menu.toggle_action.trigger()
-    qtbot.waitUntil(lambda: menu.url is not None, timeout=60000)
-    client = openai.OpenAI(base_url=menu.url, api_key="unused", max_retries=0, timeout=120)
+    shown = w.sidebar.model.rowCount()
     client.chat.completions.create(model=loaded.name, messages=[{"role": "user", "content": "Hi"}], max_tokens=8)
     with Store(tmp_path / "lanes.db") as store:
         [saved] = store.list_conversations()
         assert saved.title == "Hi"
+    # the sidebar shows it without being asked
+    qtbot.waitUntil(lambda: w.sidebar.model.rowCount() == shown + 1, timeout=10000)
+    assert w.sidebar.model.index(0, 0).data() == "Hi"
+    menu.toggle_action.trigger()  # stop
+    qtbot.waitUntil(lambda: menu.url is None, timeout=30000)
+    assert not menu.label.isVisible() and menu.state_action.text() == "Not running"
+    menu.toggle_action.trigger()
+    qtbot.waitUntil(lambda: menu.url is not None, timeout=60000)
     w.close()
     with pytest.raises(openai.APIConnectionError):  # closing the window stops the server
         openai.OpenAI(base_url=menu.url, api_key="unused", max_retries=0, timeout=5).models.list()

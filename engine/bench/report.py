@@ -65,7 +65,7 @@ def table(device: str, folder: Path) -> str:
     results = {}
     for path in sorted(folder.glob(f"{device}-*.json")):
         name = path.stem.removeprefix(f"{device}-")
-        if name not in NOT_THROUGHPUT:
+        if name.rsplit("-", 1)[-1] not in NOT_THROUGHPUT:  # cpu-qwen2-agent is an agent result too
             results[name] = json.loads(path.read_text())
     if not results:
         return "No results yet."
@@ -87,8 +87,8 @@ def _machine(m: dict[str, Any]) -> str:
 def server_table(folder: Path) -> str:
     """The API server's results (``lanes bench-server``: ``DEVICE-server.json``, ``DEVICE-agent.json``):
     a row per target, and the ratio of each target's aggregate tok/s to mlx-lm's where both ran."""
-    lines = ["| result | mode | clients | target | requests | errors | tok/s | / mlx-lm | copied | latency p50 / p90 / p99 s "
-             "| first token p50 / p90 s | measured |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| result | model | mode | clients | target | requests | errors | tok/s | / mlx-lm | copied | latency p50 / p90 / p99 s "
+             "| first token p50 / p90 s | measured |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     machines = set()
     for path in sorted([*folder.glob("*-server.json"), *folder.glob("*-agent.json")]):
         r = json.loads(path.read_text())
@@ -97,7 +97,7 @@ def server_table(folder: Path) -> str:
         for target, t in r["targets"].items():
             lat, first = t["latency_s"], t["first_token_s"]
             lines.append("| " + " | ".join([
-                path.stem, r["mode"], str(r["clients"]), target, str(t["requests"]), str(len(t["errors"])),
+                path.stem, r.get("architecture", "?"), r["mode"], str(r["clients"]), target, str(t["requests"]), str(len(t["errors"])),
                 f"{t['tok_s']:.1f}", _ratio(t["tok_s"], base) if target != "mlx-lm" else "-",
                 f"{t['copied_tokens'] / t['completion_tokens']:.0%}"
                 if target == "lanes" and t.get("copied_tokens") is not None and t["completion_tokens"] else "-",

@@ -179,11 +179,19 @@ def _wait_for(port: int, proc: subprocess.Popen[bytes], seconds: float = 120.0) 
     raise RuntimeError(f"mlx_lm.server did not listen on port {port} within {seconds:.0f} s")
 
 
+def model_architecture(model: str | None) -> str:
+    """The model's mlx-lm architecture where it is a folder (the embedded one is llama)."""
+    config = Path(model) / "config.json" if model else None
+    if config is None or not config.is_file():
+        return "llama" if model is None else "?"
+    return str(json.loads(config.read_text()).get("model_type", "?"))
+
+
 def main(args: Any) -> int:
     from engine.bench.runner import machine
 
     results: dict[str, Any] = {"mode": args.mode, "clients": args.clients, "model": args.model or "embedded",
-                               "machine": machine(), "measured": time.strftime("%Y-%m-%d"), "targets": {}}
+                               "architecture": model_architecture(args.model), "machine": machine(), "measured": time.strftime("%Y-%m-%d"), "targets": {}}
     for target in args.targets.split(","):
         with served(target, args.model) as (url, name):
             if args.mode == "load":

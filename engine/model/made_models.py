@@ -1,5 +1,7 @@
 """Model folders made here, without downloads, for tests and benchmarks (``lanes make-model``).
 
+- ``embedded-as-llama``: the embedded SmolLM2 as an mlx-lm folder of its own architecture, for
+  programs that cannot read GGUF (``mlx_lm.server`` beside ``lanes serve`` in ``make bench-server``).
 - ``embedded-as-qwen2``: the embedded SmolLM2's real weights in mlx-lm's *qwen2* module (zero
   q/k/v biases, the same interleaved rope): another architecture's code path with a model that
   really copies, so its benchmark means something.
@@ -76,7 +78,8 @@ SHAPED: dict[str, tuple[dict[str, Any], int]] = {
         rope_theta=500000.0, tie_word_embeddings=True,
     ), 4),
 }
-KINDS = ("embedded-as-qwen2", *RANDOM, *SHAPED)
+EMBEDDED_AS = ("llama", "qwen2")
+KINDS = (*(f"embedded-as-{a}" for a in EMBEDDED_AS), *RANDOM, *SHAPED)
 
 
 def _save(folder: Path, model: Any, config: dict[str, Any], tokenizer: Any) -> Path:
@@ -104,10 +107,9 @@ def random_model(config: dict[str, Any], folder: Path, tokenizer: Any, bits: int
     return _save(folder, model, config, tokenizer)
 
 
-def embedded_as_qwen2(embedded: Any, folder: Path) -> Path:
-    """The embedded model's weights in mlx-lm's qwen2 module (dequantized first where they were
-    loaded quantized, as on a GPU: ``embedded`` is changed in place then)."""
-    from mlx_lm.models import qwen2
+def embedded_as(arch: str, embedded: Any, folder: Path) -> Path:
+    """The embedded model's weights in mlx-lm's ``arch`` module, llama or qwen2 (dequantized first
+    where they were loaded quantized, as on a GPU: ``embedded`` is changed in place then)."""
     from mlx_lm.utils import dequantize_model
 
     if any(name.endswith(".scales") for name, _ in tree_flatten(embedded.model.parameters())):
@@ -115,13 +117,14 @@ def embedded_as_qwen2(embedded: Any, folder: Path) -> Path:
 
     args = embedded.model.args
     config = dict(
-        model_type="qwen2", hidden_size=args.hidden_size, num_hidden_layers=args.num_hidden_layers,
+        model_type=arch, hidden_size=args.hidden_size, num_hidden_layers=args.num_hidden_layers,
         intermediate_size=args.intermediate_size, num_attention_heads=args.num_attention_heads,
         num_key_value_heads=args.num_key_value_heads, rms_norm_eps=args.rms_norm_eps, vocab_size=args.vocab_size,
         max_position_embeddings=args.max_position_embeddings, rope_theta=args.rope_theta,
         rope_traditional=args.rope_traditional, tie_word_embeddings=args.tie_word_embeddings,
     )
-    model = qwen2.Model(qwen2.ModelArgs.from_dict(config))
+    module = importlib.import_module(f"mlx_lm.models.{arch}")
+    model = module.Model(module.ModelArgs.from_dict(config))
     weights = dict(tree_flatten(embedded.model.parameters()))
     for name, value in tree_flatten(model.parameters()):
         if name.endswith(".bias"):  # qwen2's q/k/v biases: zero, so the same arithmetic as llama
@@ -133,9 +136,9 @@ def embedded_as_qwen2(embedded: Any, folder: Path) -> Path:
 
 def make(kind: str, folder: Path, embedded: Any) -> Path:
     """Write the model ``kind`` (one of ``KINDS``) to ``folder``; ``embedded`` is the loaded default
-    model (its tokenizer, and for ``embedded-as-qwen2`` its weights)."""
-    if kind == "embedded-as-qwen2":
-        return embedded_as_qwen2(embedded, folder)
+    model (its tokenizer, and for ``embedded-as-*`` its weights)."""
+    if kind.startswith("embedded-as-") and kind.removeprefix("embedded-as-") in EMBEDDED_AS:
+        return embedded_as(kind.removeprefix("embedded-as-"), embedded, folder)
     if kind in SHAPED:
         return random_model(SHAPED[kind][0], folder, embedded.tokenizer, bits=SHAPED[kind][1])
     if kind not in RANDOM:

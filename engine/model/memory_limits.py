@@ -22,6 +22,7 @@ import mlx.core as mx
 import mlx.nn as nn
 from mlx.utils import tree_flatten
 
+from engine.errors import MemoryLimitError
 from engine.model.cache_kinds import LayerKind, make_caches
 
 MAX_STREAMS = 16  # streams decoding at once: the widest the engine's rounds are measured at
@@ -49,9 +50,14 @@ def machine_memory() -> int:
 
 
 def limits_for(total_memory: int, weight_bytes: int, kv_bytes_per_token: int,
-               max_streams: int = MAX_STREAMS) -> MemoryLimits:
-    """The limits for a model of ``weight_bytes`` on a machine of ``total_memory`` (module docstring)."""
-    left = max(0, int(total_memory * MEMORY_SHARE) - weight_bytes)
+               max_streams: int = MAX_STREAMS, budget: int | None = None) -> MemoryLimits:
+    """The limits for a model of ``weight_bytes`` on a machine of ``total_memory`` (module docstring),
+    or within ``budget`` bytes in all where one is given (``lanes serve --memory-limit``): a budget
+    the weights alone fill raises MemoryLimitError naming both."""
+    if budget is not None and budget <= weight_bytes:
+        raise MemoryLimitError(f"the model's weights take {mib(weight_bytes)}, more than the memory limit of "
+                               f"{mib(budget)}: allow more memory")
+    left = max(0, (int(total_memory * MEMORY_SHARE) if budget is None else budget) - weight_bytes)
     return MemoryLimits(
         max_streams=max_streams,
         kv_bytes=int(left * KV_SHARE),

@@ -88,7 +88,9 @@ class Engine:
         *,
         calibrate: bool = True,
         loader: Callable[[str | None], LoadedModel] = load_model,
+        memory_limit: int | None = None,
     ) -> None:
+        self._memory_limit = memory_limit  # bytes for weights and KV in all; None: a share of the machine's
         self._commands: queue.Queue[Callable[[], None] | None] = queue.Queue()
         self._handles: dict[str, Handle] = {}
         self._scheduler: Scheduler | None = None
@@ -208,7 +210,7 @@ class Engine:
         try:
             loaded = self._loader(model)
             _wire_weights()
-            self._scheduler = Scheduler(loaded, self._emit)
+            self._scheduler = Scheduler(loaded, self._emit, memory_limit=self._memory_limit)
             if self._calibrate:
                 self._scheduler.calibrate()
             fam = loaded.family

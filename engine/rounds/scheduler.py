@@ -75,6 +75,7 @@ class Scheduler:
         costs: CostModel | None = None,
         conversations: ConversationCache | None = None,
         limits: MemoryLimits | None = None,
+        memory_limit: int | None = None,
     ) -> None:
         self.loaded = loaded
         self.model = loaded.model
@@ -89,7 +90,8 @@ class Scheduler:
         self.prefill_chunk = CPU_PREFILL_CHUNK if loaded.device == "cpu" else PREFILL_CHUNK
         self.blas = blas_threads.tuner() if loaded.device == "cpu" else None  # threads the load leaves
         self.limits = limits if limits is not None else limits_for(
-            machine_memory(), weight_bytes(self.model), kv_bytes_per_token(self.model, list(loaded.kinds)))
+            machine_memory(), weight_bytes(self.model), kv_bytes_per_token(self.model, list(loaded.kinds)),
+            budget=memory_limit)
         self.admission = Admission(loaded, self.limits)
         self.conversations = (conversations if conversations is not None
                               else ConversationCache(self.limits.conversation_cache_bytes))

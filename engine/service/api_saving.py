@@ -1,5 +1,5 @@
-"""API requests saved as conversations, when the setting ``SETTING`` (or ``lanes serve
---save-conversations``) asks for it: off by default, since an agent's hundreds of requests would
+"""API requests saved as conversations, when the setting ``SETTING`` (read as each request
+finishes) or ``lanes serve --save-conversations`` asks for it: off by default, since an agent's hundreds of requests would
 bury a person's chats. Each finished chat request becomes one conversation: its system prompt, its
 turns (a tool result is kept as a user turn marked ``[tool]``: the store holds three roles) and the reply
 with its statistics."""
@@ -15,8 +15,10 @@ from engine.store.store import Store
 SETTING = "api_saves_conversations"
 
 
-def saver(store: Store, model: str) -> Callable[[Request, Finished], None]:
-    def save(request: Request, done: Finished) -> None:
+def saver(model: str) -> Callable[[Store, Request, Finished], None]:
+    """``save(store, request, done)``: one finished chat request of ``model`` as a conversation."""
+
+    def save(store: Store, request: Request, done: Finished) -> None:
         system = "\n\n".join(str(m.get("content") or "") for m in request.messages if m["role"] == "system")
         turns = [m for m in request.messages if m["role"] != "system"]
         first = next((str(m.get("content") or "") for m in turns if m["role"] == "user"), "API request")

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from engine.errors import LanesError
-from engine.events import Event, ModelInfo
+from engine.events import Event, Finished, ModelInfo, Request
 from engine.job_thread import JobThread
 from engine.model.locate import locate_model
 from engine.rounds.engine_thread import Engine
@@ -143,23 +143,39 @@ class ChatService:
         self._closed = False
         self.server: ApiServer | None = None
 
-    def start_server(self, on_change: Callable[[int], None], port: int = DEFAULT_PORT) -> Future[str]:
+    def start_server(self, on_change: Callable[[int], None], port: int = DEFAULT_PORT,
+                     on_saved: Callable[[], None] | None = None) -> Future[str]:
         """Serve this engine on loopback once its model is ready; resolves to the API's URL (a port in
         use fails it with a LanesError naming the port). ``on_change(running)`` comes from the
-        server's thread. Requests are saved as conversations when the store's setting says so."""
+        server's thread. A finished request is saved as a conversation when the store's setting says
+        so at that moment, then ``on_saved()`` is called (from the server's worker thread)."""
 
         def start() -> str:
             if self.server is not None:
                 return self.server.url
             engine = self.engine
-            name = engine.info().name
-            save = api_saving.saver(self.db, name) if self.db.setting(api_saving.SETTING, False) else None
+            save = self._api_saver(engine.info().name, on_saved)
             server = ApiServer(engine, port=port, options=ServerOptions(save=save), on_change=on_change)
             server.start()
             self.server = server
             return server.url
 
         return self._models.submit(start)
+
+    def _api_saver(self, model: str, on_saved: Callable[[], None] | None) -> Callable[[Request, Finished], None]:
+        save = api_saving.saver(model)
+
+        def in_store(store: Store, request: Request, done: Finished) -> bool:
+            if not store.setting(api_saving.SETTING, False):
+                return False
+            save(store, request, done)
+            return True
+
+        def run(request: Request, done: Finished) -> None:
+            if self.store.submit(lambda store: in_store(store, request, done)).result() and on_saved is not None:
+                on_saved()
+
+        return run
 
     def stop_server(self) -> Future[None]:
         return self._models.submit(self._stop_server)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import sys
 from dataclasses import replace
+from functools import partial
 
 from engine.rounds.engine_thread import Engine
 from engine.server.app import ServerOptions
@@ -22,12 +23,13 @@ def serve_command(args: argparse.Namespace) -> int:
         store = Store.open(args.data_dir)
     options = ServerOptions(api_key=args.api_key or None, cors_origins=tuple(args.cors_origin),
                             max_body=int(args.max_body_mb * 2**20), max_requests=args.max_requests)
-    engine = Engine(args.model)
+    limit = None if args.memory_limit_gb is None else int(args.memory_limit_gb * 2**30)
+    engine = Engine(args.model, memory_limit=limit)
     try:
         print("loading the model…", file=sys.stderr, flush=True)
         info = engine.info()
         if store is not None:
-            options = replace(options, save=saver(store, info.name))
+            options = replace(options, save=partial(saver(info.name), store))
         server = ApiServer(engine, args.host, args.port, options, aliases=[args.model] if args.model else [])
         server.start()
         print(f"Lanes serves {info.name} ({info.device}) at {server.url}", flush=True)
