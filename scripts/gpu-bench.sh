@@ -14,7 +14,9 @@
 # those of STREAM_COUNTS),
 # shaped (a random 4-bit model of Llama-3.2-1B's shape, 4 streams: speed only), qwen2 (the embedded
 # weights in mlx-lm's qwen2 module), tiny (tiny random models of each cache kind through copy-heavy:
-# token equality and near-tie margins).
+# token equality and near-tie margins), server (`make bench-server`'s load and agent runs: the agent
+# workload through `lanes serve` and `mlx_lm.server` on the embedded model's llama folder; the
+# wheels must then hold the server's packages too: starlette, uvicorn, pydantic, openai and theirs).
 set -euo pipefail
 WHEELS=${1:?usage: gpu-bench.sh WHEELS_DIR [OUT_DIR]}
 OUT=${2:-out/gpu}
@@ -58,6 +60,13 @@ for step in $STEPS; do
       python3 -m engine.cli make-model llama-1b-4bit "$OUT/llama-1b-4bit" >/dev/null
       for w in copy-heavy no-copy; do bench "1b-$w" "$w" --model "$OUT/llama-1b-4bit" --cells "$CELLS"; done
       rm -rf "$OUT/llama-1b-4bit" ;;
+    server)
+      python3 -m engine.cli bench-server --mode load --clients 16 --requests 64 --max-tokens 128 \
+        --json "$OUT/gpu-server.json" 2>&1 | tail -n 3
+      python3 -m engine.cli make-model embedded-as-llama "$OUT/embedded-llama" >/dev/null
+      python3 -m engine.cli bench-server --mode agent --targets lanes,mlx-lm --clients 4 \
+        --model "$OUT/embedded-llama" --json "$OUT/gpu-agent.json" 2>&1 | tail -n 4
+      rm -rf "$OUT/embedded-llama" ;;
     qwen2)
       python3 -m engine.cli make-model embedded-as-qwen2 "$OUT/qwen2-model" >/dev/null
       bench qwen2-copy-heavy copy-heavy --model "$OUT/qwen2-model" --cells plain,on

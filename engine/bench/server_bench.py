@@ -155,7 +155,7 @@ def served(target: str, model: str | None) -> Iterator[tuple[str, str]]:
     if target != "mlx-lm":
         raise ValueError(f"unknown target '{target}' (lanes, mlx-lm)")
     if model is None or not Path(model).is_dir():
-        raise ValueError("mlx-lm's server needs a model folder: make one with `lanes make-model embedded-as-qwen2 DIR`")
+        raise ValueError("mlx-lm's server needs a model folder: make one with `lanes make-model embedded-as-llama DIR`")
     port = _free_port()
     proc = subprocess.Popen([sys.executable, "-m", "mlx_lm.server", "--model", model, "--port", str(port),
                              "--log-level", "WARNING"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
