@@ -14,6 +14,7 @@ from mlx_lm import stream_generate
 from mlx_lm.models.cache import ArraysCache
 
 import engine.rounds.scheduler as scheduler_mod
+from engine.bench.runner import top2_margin
 from engine.errors import ModelLoadError
 from engine.events import Event, Failed, Finished, Request
 from engine.model import made_models
@@ -52,6 +53,21 @@ def tiny(request, loaded, tmp_path_factory) -> LoadedModel:
 def ref(model: LoadedModel, prompt: list[int], max_tokens: int) -> list[int]:
     return [r.token for r in stream_generate(model.model, model.tokenizer, prompt, max_tokens=max_tokens)
             if r.finish_reason != "stop"]
+
+
+# On an accelerator other batch shapes round differently, so a stream may leave mlx-lm's where its
+# top two logits are closer than this (docs/benchmarks.md, Fidelity); on the CPU every token is equal.
+NEAR_TIE = 0.05
+
+
+def same_as_mlx_lm(model: LoadedModel, prompt: list[int], got: list[int], want: list[int]) -> None:
+    """``got`` equals mlx-lm's ``want``: exactly on the CPU, up to a near-tie on an accelerator."""
+    if got == want:
+        return
+    at = next((i for i, (a, b) in enumerate(zip(got, want, strict=False)) if a != b), min(len(got), len(want)))
+    margin = top2_margin(model, prompt, want, at) if at < len(want) else float("inf")
+    assert model.device != "cpu" and margin < NEAR_TIE, (
+        f"{model.name}: differs from mlx-lm at token {at} of {len(want)} (mlx-lm's top-2 margin there {margin:.4f})")
 
 
 def chat(model: LoadedModel, text: str) -> list[int]:
@@ -117,9 +133,10 @@ def test_greedy_equals_mlx_lm_under_adversarial_drafts(tiny: LoadedModel, monkey
     failed = {e.request_id: e for e in events if isinstance(e, Failed)}
     assert set(failed) == {failing} and "injected" in failed[failing].message
     assert done[doomed].reason == "cancelled"
-    assert list(done[doomed].tokens) == refs[doomed][: len(done[doomed].tokens)]
+    cut = len(done[doomed].tokens)
+    same_as_mlx_lm(tiny, list(reqs[-2].prompt_tokens or ()), list(done[doomed].tokens), refs[doomed][:cut])
     for r in reqs[:-2]:
-        assert list(done[r.id].tokens) == refs[r.id], f"{tiny.name}: stream differs from mlx-lm"
+        same_as_mlx_lm(tiny, list(r.prompt_tokens or ()), list(done[r.id].tokens), refs[r.id])
     tested = sum(st.tested for d in done.values() for st in d.stats.rows.values())
     accepted = sum(st.accepted for d in done.values() for st in d.stats.rows.values())
     assert 0 < accepted < tested  # drafts landed and drafts were rejected: rollback ran
@@ -141,7 +158,7 @@ def test_follow_up_turns_reuse_every_kind_of_cache(tiny: LoadedModel) -> None:
         sched.step()
     second = [e for e in events if isinstance(e, Finished)][-1]
     assert second.stats.prefill_reused == len(first) + len(reply.tokens) - 1
-    assert list(second.tokens) == ref(tiny, follow, 12)
+    same_as_mlx_lm(tiny, follow, list(second.tokens), ref(tiny, follow, 12))
 
 
 def test_real_weights_in_another_architecture_copy_and_stay_equal(loaded, tmp_path_factory) -> None:
@@ -151,7 +168,7 @@ def test_real_weights_in_another_architecture_copy_and_stay_equal(loaded, tmp_pa
     assert type(qwen2.model).__module__ == "mlx_lm.models.qwen2"
     events: list[Event] = []
     sched = Scheduler(qwen2, events.append)
-    assert qwen2.passes.name == "generic"  # llama's own passes do not apply
+    assert qwen2.passes.numpy_pass is None and not qwen2.passes.grouped  # llama's CPU passes do not apply
     reqs = [Request(prompt_tokens=tuple(chat(qwen2, t)), max_tokens=48, own_copy_rates=False)
             for t in (prompts.COPY, prompts.CODE)]
     for r in reqs:
@@ -160,7 +177,8 @@ def test_real_weights_in_another_architecture_copy_and_stay_equal(loaded, tmp_pa
         sched.step()
     done = {e.request_id: e for e in events if isinstance(e, Finished)}
     for r in reqs:
-        assert list(done[r.id].tokens) == ref(qwen2, list(r.prompt_tokens or ()), 48)
+        prompt = list(r.prompt_tokens or ())
+        same_as_mlx_lm(qwen2, prompt, list(done[r.id].tokens), ref(qwen2, prompt, 48))
     assert sum(done[r.id].stats.rows["context"].accepted for r in reqs) > 10
 
 
@@ -178,8 +196,9 @@ def test_the_embedded_model_as_a_llama_folder_runs_as_the_gguf_does(loaded, tmp_
     while sched.busy:
         sched.step()
     [done] = [e for e in events if isinstance(e, Finished)]
-    assert list(done.tokens) == ref(llama, list(req.prompt_tokens or ()), 48)
-    assert list(done.tokens) == ref(loaded, list(req.prompt_tokens or ()), 48)  # the same model
+    prompt = list(req.prompt_tokens or ())
+    same_as_mlx_lm(llama, prompt, list(done.tokens), ref(llama, prompt, 48))
+    same_as_mlx_lm(loaded, prompt, list(done.tokens), ref(loaded, prompt, 48))  # the same model
 
 
 def test_a_recurrent_state_is_not_reused_past_where_the_prompts_part() -> None:
@@ -257,7 +276,8 @@ def test_a_4_bit_hybrid_model_loads_and_stays_equal(loaded, tmp_path: Path) -> N
     while sched.busy:
         sched.step()
     done = next(e for e in events if isinstance(e, Finished))
-    assert list(done.tokens) == ref(quantized, list(req.prompt_tokens or ()), MAX)
+    prompt = list(req.prompt_tokens or ())
+    same_as_mlx_lm(quantized, prompt, list(done.tokens), ref(quantized, prompt, MAX))
 
 
 def test_the_1b_shape_has_llama_3_2_1b_s_size_and_quantizes_as_mlx_lm_does(loaded, tmp_path: Path) -> None:
@@ -284,4 +304,5 @@ def test_the_1b_shape_has_llama_3_2_1b_s_size_and_quantizes_as_mlx_lm_does(loade
     while sched.busy:
         sched.step()
     done = next(e for e in events if isinstance(e, Finished))
-    assert list(done.tokens) == ref(model, list(req.prompt_tokens or ()), MAX)
+    prompt = list(req.prompt_tokens or ())
+    same_as_mlx_lm(model, prompt, list(done.tokens), ref(model, prompt, MAX))
