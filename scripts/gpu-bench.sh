@@ -60,13 +60,13 @@ for step in $STEPS; do
       python3 -m engine.cli make-model llama-1b-4bit "$OUT/llama-1b-4bit" >/dev/null
       for w in copy-heavy no-copy; do bench "1b-$w" "$w" --model "$OUT/llama-1b-4bit" --cells "$CELLS"; done
       rm -rf "$OUT/llama-1b-4bit" ;;
-    server)
-      python3 -m engine.cli bench-server --mode load --clients 16 --requests 64 --max-tokens 128 \
-        --json "$OUT/gpu-server.json" 2>&1 | tail -n 3
+    server)  # the agent run first: the load run's many shapes would otherwise compile inside it
       python3 -m engine.cli make-model embedded-as-llama "$OUT/embedded-llama" >/dev/null
-      python3 -m engine.cli bench-server --mode agent --targets lanes,mlx-lm --clients 4 \
+      python3 -m engine.cli bench-server --mode agent --targets mlx-lm,lanes --clients 4 \
         --model "$OUT/embedded-llama" --json "$OUT/gpu-agent.json" 2>&1 | tail -n 4
-      rm -rf "$OUT/embedded-llama" ;;
+      rm -rf "$OUT/embedded-llama"
+      python3 -m engine.cli bench-server --mode load --clients 16 --requests 64 --max-tokens 128 \
+        --json "$OUT/gpu-server.json" 2>&1 | tail -n 3 ;;
     qwen2)
       python3 -m engine.cli make-model embedded-as-qwen2 "$OUT/qwen2-model" >/dev/null
       bench qwen2-copy-heavy copy-heavy --model "$OUT/qwen2-model" --cells plain,on
