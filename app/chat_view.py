@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from PySide6.QtCore import Qt, QTimer, Signal
-from PySide6.QtGui import QGuiApplication, QKeyEvent
+from PySide6.QtGui import QGuiApplication, QKeyEvent, QResizeEvent
 from PySide6.QtWidgets import (
     QFrame,
     QHBoxLayout,
@@ -20,7 +20,7 @@ from PySide6.QtWidgets import (
 
 from app.message_view import MessageView
 from engine.store.records import Message, pack_origins
-from engine.store.render import stats_line
+from engine.store.render import stats_explained, stats_summary
 
 ROLE_NAMES = {"user": "You", "assistant": "Lanes", "system": "System"}
 STATUS_NOTES = {"partial": "stopped early", "cancelled": "stopped", "error": "error"}
@@ -72,7 +72,9 @@ class MessageWidget(QFrame):
         self.message = message
         self._render(message.content)
         note = STATUS_NOTES.get(message.status)
-        text = stats_line(message.stats, pack_origins(message.origins)) if message.role == "assistant" else ""
+        origins = pack_origins(message.origins)
+        text = stats_summary(message.stats, origins) if message.role == "assistant" else ""
+        self.stats.setToolTip(stats_explained(message.stats, origins) if message.role == "assistant" else "")
         if message.error:
             text = f"Error: {message.error}" + (f"\n{text}" if text else "")
         elif note and message.status != "partial":
@@ -123,8 +125,39 @@ class ChatView(QScrollArea):
         self.show_origins = False
         self.spans_for: Callable[[Message], list[tuple[str, str]]] = lambda m: [(m.content, "model")]
         self._follow = True
+        self.latest_button = QPushButton("↓ Latest", self.viewport())  # shown while scrolled up
+        self.latest_button.setAccessibleName("Jump to the latest message")
+        self.latest_button.setToolTip("Jump to the latest message (Ctrl+End)")
+        self.latest_button.setCursor(Qt.CursorShape.PointingHandCursor)
+        self.latest_button.clicked.connect(self.jump_to_latest)
+        self.latest_button.hide()
         self.verticalScrollBar().rangeChanged.connect(self._range_changed)
         self.verticalScrollBar().valueChanged.connect(self._scrolled)
+
+    def jump_to_latest(self) -> None:
+        """Scroll to the newest message and follow the stream again (also once the layout settles)."""
+        self._follow = True
+        self._to_bottom()
+        QTimer.singleShot(0, self._to_bottom)
+
+    def keyPressEvent(self, event: QKeyEvent) -> None:
+        ctrl = bool(event.modifiers() & Qt.KeyboardModifier.ControlModifier)
+        if ctrl and event.key() == Qt.Key.Key_End:
+            self.jump_to_latest()
+        elif ctrl and event.key() == Qt.Key.Key_Home:
+            self.verticalScrollBar().setValue(0)
+        else:
+            super().keyPressEvent(event)
+
+    def resizeEvent(self, event: QResizeEvent) -> None:
+        super().resizeEvent(event)
+        self._place_latest()
+
+    def _place_latest(self) -> None:
+        b, v = self.latest_button, self.viewport()
+        b.adjustSize()
+        b.move(v.width() - b.width() - 16, v.height() - b.height() - 12)
+        b.raise_()
 
     def set_messages(self, messages: list[Message]) -> None:
         for w in self.widgets:
@@ -155,6 +188,9 @@ class ChatView(QScrollArea):
     def _scrolled(self, value: int) -> None:
         bar = self.verticalScrollBar()
         self._follow = value >= bar.maximum() - 24
+        self.latest_button.setVisible(not self._follow)
+        if not self._follow:
+            self._place_latest()
 
     def _range_changed(self, _lo: int, _hi: int) -> None:
         if self._follow:

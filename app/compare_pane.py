@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from PySide6.QtCore import Qt, QTimer, Slot
-from PySide6.QtGui import QCloseEvent
+from PySide6.QtGui import QCloseEvent, QKeyEvent
 from PySide6.QtWidgets import (
     QCheckBox,
     QFileDialog,
@@ -77,7 +77,8 @@ class ComparePane(QWidget):
         self._timer.timeout.connect(self._flush)
         self.setWindowTitle("Compare Own Copy Rates")
         self.setAccessibleName("Compare own copy rates")
-        self.resize(1200, 880)
+        room = self.screen().availableGeometry()  # fits a small screen: at most 90% of it
+        self.resize(min(1200, int(room.width() * 0.9)), min(880, int(room.height() * 0.9)))
         self._build(max_tokens)
         c = controller
         c.comparisonBegun.connect(self._begun)
@@ -477,6 +478,12 @@ class ComparePane(QWidget):
         self.controller.store_call(lambda _s: path.write_text(text, encoding="utf-8"),
                                    lambda _n: self.status.setText(f"Exported comparison to {path}"),
                                    lambda exc: self.status.setText(f"Export failed: {exc}"))
+
+    def keyPressEvent(self, event: QKeyEvent) -> None:
+        if event.key() == Qt.Key.Key_Escape:  # Esc closes, as in a dialog (closing hides it: a run goes on)
+            self.close()
+            return
+        super().keyPressEvent(event)
 
     def closeEvent(self, event: QCloseEvent) -> None:
         """Closing only hides the pane: a running comparison goes on, and the menu shows it again."""

@@ -33,6 +33,9 @@ from app.theme import OriginLegend
 from engine.events import ModelInfo
 from engine.store.records import Conversation, Message
 
+READY = "Message Lanes (Enter sends, Shift+Enter adds a line)"
+LOADING = "The model is loading: type now, Enter sends once it is ready"
+
 
 class MainWindow(QMainWindow):
     def __init__(self, controller: ChatController, prefs: Preferences, prefs_path: Path | None = None) -> None:
@@ -41,6 +44,7 @@ class MainWindow(QMainWindow):
         self.prefs = prefs
         self.prefs_path = prefs_path
         self.current: int | None = None
+        self._queued: str | None = None  # a message sent while the model loaded: sent once it is ready
         self._load_started = time.monotonic()
         self.setWindowTitle("Lanes")
         self.resize(1100, 760)
@@ -103,6 +107,7 @@ class MainWindow(QMainWindow):
         self._build_menus()
         self._connect()
         self._set_model_ready(False)
+        self._update_stop()
         if controller.info is not None:  # loaded (or failed) before this window was listening
             self._model_loaded(controller.info)
         elif controller.load_error is not None:
@@ -114,6 +119,7 @@ class MainWindow(QMainWindow):
                               lambda on: setattr(self.prefs, "recall_other_conversations", on))
         if prefs.window_geometry:
             self.restoreGeometry(QByteArray.fromBase64(prefs.window_geometry.encode()))
+        self.composer.setFocus()  # typing goes to the message, not to Search
 
     # -- menus and shortcuts ---------------------------------------------------------------------
     def _action(self, menu_name: str, text: str, slot: Callable[[], object],
@@ -143,7 +149,7 @@ class MainWindow(QMainWindow):
         self.stop_action = self._action("&Conversation", "Stop Reply", self.stop, "Esc")
         self.regenerate_action = self._action("&Conversation", "Regenerate Last Reply", self.regenerate, "Ctrl+R")
         self._action("&Conversation", "Edit Last Message…", self.edit_last, "Ctrl+Shift+R")
-        self._action("&Conversation", "Rename…", lambda: self.current and self.sidebar.rename(self.current))
+        self._action("&Conversation", "Rename…", lambda: self.current and self.sidebar.rename(self.current), "F2")
         self._action("&Conversation", "Delete…", self.sidebar.delete_current)
         self.compare_action = self._action("&Conversation", "Compare Own Copy Rates…", self.open_compare,
                                            "Ctrl+Shift+C")
@@ -166,6 +172,7 @@ class MainWindow(QMainWindow):
         c.replyFailed.connect(self._reply_failed)
         c.generatingChanged.connect(self._generating_changed)
         c.storeError.connect(lambda msg: self.statusBar().showMessage(msg, 8000))
+        c.conversationsChanged.connect(self._refresh_title)
         self.sidebar.conversationSelected.connect(self.open_conversation)
         self.sidebar.newRequested.connect(self.new_conversation)
         self.sidebar.conversationDeleted.connect(self._deleted)
@@ -181,8 +188,11 @@ class MainWindow(QMainWindow):
     def _set_model_ready(self, ready: bool) -> None:
         self.send_button.setEnabled(ready)
         self.regenerate_action.setEnabled(ready)
-        self.composer.setPlaceholderText("Message Lanes (Enter sends, Shift+Enter adds a line)" if ready
-                                         else "Loading the model… you can type already")
+        self.composer.setPlaceholderText(READY if ready else LOADING)
+        self.composer.viewport().update()
+        if ready and self._queued is not None:  # sent while the model loaded: send it now
+            text, self._queued = self._queued, None
+            self.send(text)
 
     def _model_loaded(self, info: ModelInfo) -> None:
         self._load_timer.stop()
@@ -196,6 +206,7 @@ class MainWindow(QMainWindow):
         self.progress.hide()
         self.model_label.setText("No model loaded")
         self._set_model_ready(False)
+        self._unqueue("Not sent: the model could not be loaded")
         QMessageBox.warning(self, "The model could not be loaded",
                             f"{reason}\n\nChoose another model in Settings.")
 
@@ -215,8 +226,7 @@ class MainWindow(QMainWindow):
     # -- conversations ---------------------------------------------------------------------------
     def new_conversation(self) -> None:
         self.current = None
-        self.title.setText("New conversation")
-        self.setWindowTitle("Lanes")
+        self._show_title(None)
         self.chat.set_messages([])
         self.sidebar.mark_shown(None)
         self.composer.setFocus()
@@ -232,8 +242,7 @@ class MainWindow(QMainWindow):
         conv, messages = loaded
         if conv.id != self.current:
             return  # another conversation was chosen meanwhile
-        self.title.setText(conv.title or "New conversation")
-        self.setWindowTitle(f"{conv.title or 'New conversation'} — Lanes")
+        self._show_title(conv.title)
         self.chat.set_messages(messages)
         live = self.controller.live.get(conv.id)
         if live is not None and live.message_id is not None:
@@ -242,13 +251,40 @@ class MainWindow(QMainWindow):
                 w.set_live(live.text, live.spans)
         self._update_stop()
 
+    def _refresh_title(self) -> None:
+        """The shown conversation's title as the store has it now (named after its first message,
+        or renamed)."""
+        cid = self.current
+        if cid is None:
+            return
+
+        def show(conv: Conversation) -> None:
+            if conv.id == self.current:
+                self._show_title(conv.title)
+
+        self.controller.store_call(lambda s: s.conversation(cid), show, lambda _exc: None)
+
+    def _show_title(self, title: str | None) -> None:
+        self.title.setText(title or "New conversation")
+        self.setWindowTitle(f"{title} — Lanes" if title else "Lanes")
+
     def _deleted(self, conversation_id: int) -> None:
         if conversation_id == self.current:
             self.new_conversation()
 
     # -- replies ---------------------------------------------------------------------------------
     def send(self, text: str) -> None:
-        if not text.strip() or self.controller.info is None:
+        if not text.strip():
+            return
+        if self.controller.info is None:
+            if self.controller.load_error is not None:
+                self.statusBar().showMessage("No model is loaded: choose one in Settings", 8000)
+                return
+            self._queued = text
+            self.composer.clear()
+            self._update_stop()
+            self.statusBar().showMessage("The model is still loading: your message is sent as soon as it is ready",
+                                         15000)
             return
         if self.current is not None and self.current in self.controller.generating():
             self.statusBar().showMessage("This conversation is still replying: stop it first (Esc)", 5000)
@@ -266,8 +302,18 @@ class MainWindow(QMainWindow):
             self.controller.send(self.current, text, settings)
 
     def stop(self) -> None:
-        if self.current is not None:
+        if self._queued is not None:  # not sent yet: back into the composer
+            self._unqueue("Not sent: your message is back in the composer")
+        elif self.current is not None:
             self.controller.stop(self.current)
+
+    def _unqueue(self, why: str) -> None:
+        if self._queued is not None:
+            if not self.composer.toPlainText().strip():
+                self.composer.setPlainText(self._queued)
+            self._queued = None
+            self.statusBar().showMessage(why, 8000)
+            self._update_stop()
 
     def regenerate(self) -> None:
         if self.current is not None and self.controller.info is not None:
@@ -296,6 +342,7 @@ class MainWindow(QMainWindow):
         # A new message: add it and the empty reply, without re-rendering the whole conversation.
         self.chat.add(user)
         self.chat.add(Message(live.message_id, conversation_id, "assistant", "", status="partial"))
+        self.chat.jump_to_latest()  # one's own new message is shown, wherever one had scrolled
         self._update_stop()
 
     def _live_updated(self, ids: set[int]) -> None:
@@ -340,7 +387,7 @@ class MainWindow(QMainWindow):
         self._update_stop()
 
     def _update_stop(self) -> None:
-        busy = self.current is not None and self.current in self.controller.generating()
+        busy = self._queued is not None or (self.current is not None and self.current in self.controller.generating())
         self.stop_button.setEnabled(busy)
         self.stop_action.setEnabled(busy)
 

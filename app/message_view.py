@@ -21,6 +21,7 @@ from PySide6.QtGui import (
     QDesktopServices,
     QFont,
     QImage,
+    QKeyEvent,
     QResizeEvent,
     QSyntaxHighlighter,
     QTextBlock,
@@ -52,6 +53,31 @@ def open_link(url: QUrl) -> bool:
     if url.scheme().lower() not in LINK_SCHEMES:
         return False
     return QDesktopServices.openUrl(url)
+
+
+def with_line_breaks(text: str) -> str:
+    """Markdown where each single line break of ``text`` stays a line break, as people mean it in a
+    chat (a poem, an address), where CommonMark would join the lines into one paragraph: a line
+    followed by another non-blank line gets a hard break (two trailing spaces). Fenced code and
+    table rows are left as they are.
+
+    Worked example: "Roses\nViolets\n\nNew paragraph" becomes "Roses  \nViolets\n\nNew paragraph".
+    """
+    lines = text.split("\n")
+    fence = ""
+    for i, line in enumerate(lines[:-1]):
+        bare = line.strip()
+        if fence:
+            if bare.startswith(fence):
+                fence = ""
+            continue
+        if bare.startswith(("```", "~~~")):
+            fence = bare[:3]
+            continue
+        following = lines[i + 1].strip()
+        if bare and following and "|" not in line and not line.endswith(("  ", "\\")):
+            lines[i] = line + "  "
+    return "\n".join(lines)
 
 
 @lru_cache(maxsize=64)
@@ -250,13 +276,22 @@ class MessageView(QTextBrowser):
         """Never scroll or zoom one message alone: the wheel belongs to the list around it."""
         event.ignore()
 
+    def keyPressEvent(self, event: QKeyEvent) -> None:
+        """Page keys and Ctrl+Home / Ctrl+End scroll the whole chat, not a caret inside one message."""
+        ctrl = bool(event.modifiers() & Qt.KeyboardModifier.ControlModifier)
+        if event.key() in (Qt.Key.Key_PageUp, Qt.Key.Key_PageDown) or (
+                ctrl and event.key() in (Qt.Key.Key_Home, Qt.Key.Key_End)):
+            event.ignore()  # to the chat around it
+            return
+        super().keyPressEvent(event)
+
     def _render(self) -> None:
         document = self.document()
         with self._view_kept():
             self._highlighter.suspended = True
             try:
                 if self._spans is None:
-                    document.setMarkdown(self._source, MARKDOWN_FEATURES)
+                    document.setMarkdown(with_line_breaks(self._source), MARKDOWN_FEATURES)
                     has_code = _style_code_blocks(document, self._dark)
                 else:
                     _insert_spans(document, self._spans, self._dark)

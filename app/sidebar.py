@@ -5,8 +5,17 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from PySide6.QtCore import QAbstractListModel, QModelIndex, QPersistentModelIndex, Qt, QTimer, Signal
-from PySide6.QtGui import QAction, QKeySequence
+from PySide6.QtCore import (
+    QAbstractListModel,
+    QEvent,
+    QModelIndex,
+    QObject,
+    QPersistentModelIndex,
+    Qt,
+    QTimer,
+    Signal,
+)
+from PySide6.QtGui import QAction, QKeyEvent, QKeySequence
 from PySide6.QtWidgets import (
     QHBoxLayout,
     QInputDialog,
@@ -150,6 +159,7 @@ class Sidebar(QWidget):
         self.list.customContextMenuRequested.connect(self._menu)
         self.list.selectionModel().currentChanged.connect(self._current_changed)
         self.shown_id: int | None = None  # the conversation the window shows: kept selected across reloads
+        self.rename_dialog: QInputDialog | None = None
         self.model.modelReset.connect(self._reselect)
         self.model.rowsInserted.connect(lambda *_a: self._reselect())
 
@@ -161,6 +171,7 @@ class Sidebar(QWidget):
         layout.addLayout(top)
         layout.addWidget(self.list, 1)
 
+        self.search.installEventFilter(self)  # Esc clears the search (before the window's Stop takes it)
         self._debounce = QTimer(self, singleShot=True, interval=150)  # search as one types, not per key
         self._debounce.timeout.connect(lambda: self.model.set_query(self.search.text()))
         self.search.textChanged.connect(lambda _t: self._debounce.start())
@@ -202,6 +213,17 @@ class Sidebar(QWidget):
             self.list.selectionModel().blockSignals(False)
             self.list.viewport().update()
 
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:
+        if watched is self.search and isinstance(event, QKeyEvent) and event.key() == Qt.Key.Key_Escape \
+                and self.search.text():
+            if event.type() == QEvent.Type.ShortcutOverride:
+                event.accept()  # the key goes to the search box, not to a shortcut
+                return True
+            if event.type() == QEvent.Type.KeyPress:
+                self.search.clear()
+                return True
+        return super().eventFilter(watched, event)
+
     def focus_search(self) -> None:
         self.search.setFocus()
         self.search.selectAll()
@@ -223,10 +245,17 @@ class Sidebar(QWidget):
 
     def rename(self, conversation_id: int) -> None:
         i = self.model.row_of(conversation_id)  # -1 when a search hides it: start from an empty title
-        title, ok = QInputDialog.getText(self, "Rename Conversation", "Title:",
-                                         text=self.model.rows[i].title if i >= 0 else "")
-        if ok and title.strip():
-            self.controller.rename(conversation_id, title.strip())
+        dialog = QInputDialog(self)
+        dialog.setWindowTitle("Rename Conversation")
+        dialog.setLabelText("Title:")
+        dialog.setTextValue(self.model.rows[i].title if i >= 0 else "")
+        dialog.resize(max(480, dialog.sizeHint().width()), dialog.sizeHint().height())  # a long title fits
+        self.rename_dialog = dialog  # for tests and accessibility tools: the open dialog
+        try:
+            if dialog.exec() and dialog.textValue().strip():
+                self.controller.rename(conversation_id, dialog.textValue().strip())
+        finally:
+            self.rename_dialog = None
 
     def delete_current(self) -> None:
         cid = self.current_id()

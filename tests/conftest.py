@@ -94,3 +94,28 @@ def hf_cache(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathF
         return snapshot
 
     return add
+
+
+@pytest.fixture
+def make_window(qtbot, tmp_path):  # -> Iterator[Callable[..., app.main_window.MainWindow]]
+    """The chat window on the scripted fake engine (tests/fake_engine.py) and a real store in tmp_path."""
+    from app.controller import ChatController
+    from app.main_window import MainWindow
+    from app.preferences import Preferences
+    from tests.fake_engine import FakeEngine
+
+    windows = []
+
+    def make(delay: float = 0.01, fail_models: tuple[str, ...] = (), **prefs):
+        factory = lambda model: FakeEngine(model, delay, fail_load=f"no model at {model}"  # noqa: E731
+                                           if model in fail_models else None)
+        controller = ChatController(tmp_path / "lanes.db", prefs.get("model"), engine_factory=factory)
+        w = MainWindow(controller, Preferences(**prefs), tmp_path / "prefs.json")
+        qtbot.addWidget(w)
+        w.show()
+        windows.append(w)
+        return w
+
+    yield make
+    for w in windows:
+        w.close()  # joins the controller's threads (the thread-leak check runs after this)

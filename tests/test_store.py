@@ -54,6 +54,14 @@ def test_messages_keep_their_order_fields_and_touch_the_conversation(store: Stor
     assert store.conversation(conv.id).updated_at >= got[1].updated_at
 
 
+def test_a_rename_keeps_the_conversations_place_in_the_list(store: Store) -> None:
+    old = store.create_conversation(title="Old", updated_at=10.0)
+    store.create_conversation(title="New", updated_at=20.0)
+    store.update_conversation(old.id, title="Renamed", settings={"max_tokens": 8})
+    assert [c.title for c in store.list_conversations()] == ["New", "Renamed"]
+    assert store.conversation(old.id).updated_at == 10.0
+
+
 def test_bad_roles_statuses_and_ids_are_refused(store: Store) -> None:
     conv = store.create_conversation()
     with pytest.raises(ValueError, match="role"):

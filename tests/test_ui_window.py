@@ -3,7 +3,6 @@ real store; tests/test_ui_e2e.py drives it on the real model."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from pathlib import Path
 
@@ -19,25 +18,6 @@ from app.preferences import Preferences, load_preferences
 from engine.store.records import Message
 from engine.store.store import Store
 from tests.fake_engine import INFO, FakeEngine
-
-
-@pytest.fixture
-def make_window(qtbot, tmp_path: Path) -> Iterator[Callable[..., MainWindow]]:
-    windows: list[MainWindow] = []
-
-    def make(delay: float = 0.01, fail_models: tuple[str, ...] = (), **prefs) -> MainWindow:
-        factory = lambda model: FakeEngine(model, delay, fail_load=f"no model at {model}"  # noqa: E731
-                                           if model in fail_models else None)
-        controller = ChatController(tmp_path / "lanes.db", prefs.get("model"), engine_factory=factory)
-        w = MainWindow(controller, Preferences(**prefs), tmp_path / "prefs.json")
-        qtbot.addWidget(w)
-        w.show()
-        windows.append(w)
-        return w
-
-    yield make
-    for w in windows:
-        w.close()  # joins the controller's threads (the thread-leak check runs after this)
 
 
 def messages(tmp_path: Path, conversation_id: int):
@@ -68,7 +48,7 @@ def test_enter_sends_shift_enter_adds_a_line_and_the_reply_streams_into_the_stor
     reply = last_reply(w)
     assert reply.content == "Echo: first line\nsecond line"
     assert "tok/s" in w.chat.widgets[-1].stats.text()
-    assert "rows accepted/tested: context" in w.chat.widgets[-1].stats.text()
+    assert "Copy drafts from this conversation" in w.chat.widgets[-1].stats.toolTip()
     saved = messages(tmp_path, w.current)
     assert [(m.role, m.status) for m in saved] == [("user", "complete"), ("assistant", "complete")]
     assert w.sidebar.model.rows[0].title == "first line"

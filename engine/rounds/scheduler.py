@@ -89,9 +89,8 @@ class Scheduler:
         self.row_multiple = passes.row_multiple
         self.prefill_chunk = CPU_PREFILL_CHUNK if loaded.device == "cpu" else PREFILL_CHUNK
         self.blas = blas_threads.tuner() if loaded.device == "cpu" else None  # threads the load leaves
-        self.limits = limits if limits is not None else limits_for(
-            machine_memory(), weight_bytes(self.model), kv_bytes_per_token(self.model, list(loaded.kinds)),
-            budget=memory_limit)
+        self.limits = limits or limits_for(machine_memory(), weight_bytes(self.model),
+                                           kv_bytes_per_token(self.model, list(loaded.kinds)), budget=memory_limit)
         self.admission = Admission(loaded, self.limits)
         self.conversations = (conversations if conversations is not None
                               else ConversationCache(self.limits.conversation_cache_bytes))

@@ -11,6 +11,7 @@ import json
 import math
 import statistics
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -36,42 +37,104 @@ def _count(v: float) -> str:
     return str(int(v)) if float(v).is_integer() else f"{v:.1f}"
 
 
-def stats_line(stats: Mapping[str, Any] | None, origins: str | None) -> str:
-    """A reply's statistics in one line, the same in transcripts, the terminal and the window
-    ("120 tokens · 41.2 tok/s · first token 0.21 s · eos · copied 35% (context 35%) · rows
-    accepted/tested: context 30/40"); tolerant of missing keys and odd values, as stats come from any
-    version or an imported file."""
+_REASONS = {"eos": "finished", "stop": "hit a stop sequence", "length": "hit the length limit",
+            "cancelled": "stopped", "error": "failed"}
+_SOURCE_WORDS = {"context": "this conversation", "recall": "other conversations"}
+
+
+@dataclass(frozen=True)
+class _Figures:
+    generated: float | None
+    rate: float | None
+    first: float | None
+    reason: str | None
+    copied: float  # share of the reply's tokens that were copied drafts the model confirmed
+    shares: list[tuple[str, float]]  # (source, share) of those
+    rows: list[tuple[str, float, float]]  # (source, accepted, tested) draft rows
+
+
+def _figures(stats: Mapping[str, Any] | None, origins: str | None) -> _Figures:
+    """What a reply's statistics say, tolerant of missing keys and odd values (stats come from any
+    version or an imported file)."""
     stats = stats if isinstance(stats, Mapping) else {}
-    parts = []
     generated, seconds = _num(stats.get("generated")), _num(stats.get("seconds"))
-    if generated is not None:
-        parts.append(f"{_count(generated)} tokens")
     rate = _num(stats.get("tokens_per_s"))
     if rate is None and generated is not None and seconds:
         rate = generated / seconds
-    if rate is not None:
-        parts.append(f"{rate:.1f} tok/s")
-    first = _num(stats.get("first_token_s"))
-    if first is not None:
-        parts.append(f"first token {first:.2f} s")
-    if isinstance(stats.get("reason"), str):
-        parts.append(stats["reason"])
+    shares, copied = [], 0.0
     if origins:
-        shares = [f"{name} {origins.count(c) / len(origins):.0%}" for c, name in _ORIGIN_NAMES.items()
-                  if c in origins]
-        copied = sum(origins.count(c) for c in _ORIGIN_NAMES) / len(origins)
-        if copied:
-            parts.append(f"copied {copied:.0%} ({', '.join(shares)})")
-    rows = stats.get("rows")
-    if isinstance(rows, Mapping) and rows:
-        counts = []
-        for source, c in sorted(rows.items()):
+        shares = [(name, origins.count(c) / len(origins)) for c, name in _ORIGIN_NAMES.items() if c in origins]
+        copied = sum(share for _, share in shares)
+    rows = []
+    if isinstance(stats.get("rows"), Mapping):
+        for source, c in sorted(stats["rows"].items()):
             c = c if isinstance(c, Mapping) else {}
             acc, tested = _num(c.get("accepted")), _num(c.get("tested"))
             if acc is not None and tested:
-                counts.append(f"{source} {_count(acc)}/{_count(tested)}")
+                rows.append((source, acc, tested))
+    reason = stats.get("reason") if isinstance(stats.get("reason"), str) else None
+    return _Figures(generated, rate, _num(stats.get("first_token_s")), reason, copied, shares, rows)
+
+
+def stats_line(stats: Mapping[str, Any] | None, origins: str | None) -> str:
+    """A reply's statistics in one line for transcripts and the terminal ("120 tokens · 41.2 tok/s ·
+    first token 0.21 s · finished · copied 35% (context 35%) · rows accepted/tested: context 30/40")."""
+    f = _figures(stats, origins)
+    parts = _summary_parts(f)
+    if f.reason is not None:
+        parts.insert(sum(x is not None for x in (f.generated, f.rate, f.first)), _REASONS.get(f.reason, f.reason))
+    if isinstance(stats, Mapping) and isinstance(stats.get("rows"), Mapping) and stats["rows"]:
+        counts = [f"{src} {_count(acc)}/{_count(tested)}" for src, acc, tested in f.rows]
         parts.append("rows accepted/tested: " + ", ".join(counts) if counts else "no copied rows")
     return " · ".join(parts)
+
+
+def _summary_parts(f: _Figures) -> list[str]:
+    parts = []
+    if f.generated is not None:
+        parts.append(f"{_count(f.generated)} tokens")
+    if f.rate is not None:
+        parts.append(f"{f.rate:.1f} tok/s")
+    if f.first is not None:
+        parts.append(f"first token {f.first:.2f} s")
+    if f.copied:
+        parts.append(f"copied {f.copied:.0%} ({', '.join(f'{n} {v:.0%}' for n, v in f.shares)})")
+    return parts
+
+
+def stats_summary(stats: Mapping[str, Any] | None, origins: str | None) -> str:
+    """The window's line under a reply, in plain words ("120 tokens · 41.2 tok/s · first token 0.21 s ·
+    35% copied"), saying how it ended only when that was not the model's own end;
+    ``stats_explained`` says what each figure means."""
+    f = _figures(stats, origins)
+    parts = _summary_parts(f)[:3]
+    if f.copied:
+        parts.append(f"{f.copied:.0%} copied")
+    if f.reason not in (None, "eos"):
+        parts.append(_REASONS.get(f.reason or "", f.reason or ""))
+    return " · ".join(parts)
+
+
+def stats_explained(stats: Mapping[str, Any] | None, origins: str | None) -> str:
+    """What each figure of ``stats_summary`` means, one line each (the window's tooltip)."""
+    f = _figures(stats, origins)
+    lines = []
+    if f.generated is not None:
+        lines.append(f"{_count(f.generated)} tokens: the length of the reply in the model's word pieces.")
+    if f.rate is not None:
+        lines.append(f"{f.rate:.1f} tok/s: tokens written per second, from sending to the last token.")
+    if f.first is not None:
+        lines.append(f"First token {f.first:.2f} s: how long the model read the conversation before writing.")
+    if f.reason is not None:
+        lines.append(f"Ended: {_REASONS.get(f.reason, f.reason)}.")
+    if f.copied:
+        where = ", ".join(f"{v:.0%} from {_SOURCE_WORDS.get(n, n)}" for n, v in f.shares)
+        lines.append(f"{f.copied:.0%} copied: tokens Lanes proposed by copying earlier text ({where}) and the "
+                     "model confirmed, so they cost no pass of their own. The text is exactly the model's.")
+    for src, acc, tested in f.rows:
+        lines.append(f"Copy drafts from {_SOURCE_WORDS.get(src, src)}: {_count(acc)} of {_count(tested)} "
+                     "proposed tokens accepted.")
+    return "\n".join(lines)
 
 
 def _meta(conv: Mapping[str, Any]) -> list[str]:

@@ -214,7 +214,8 @@ class Store(ComparisonRows):
         settings: Mapping[str, Any] = _UNSET,
         recallable: bool = _UNSET,
     ) -> Conversation:
-        fields: dict[str, Any] = {"updated_at": time.time()}
+        # updated_at is the last message's time (the sidebar's order): a rename or a setting moves nothing.
+        fields: dict[str, Any] = {}
         for name, value in (("title", title), ("model", model), ("system_prompt", system_prompt)):
             if value is not _UNSET:
                 fields[name] = value
@@ -222,6 +223,8 @@ class Store(ComparisonRows):
             fields["settings"] = dumps(dict(settings))
         if recallable is not _UNSET:
             fields["recallable"] = int(recallable)
+        if not fields:
+            return self.conversation(conversation_id)
         sets = ", ".join(f"{k} = ?" for k in fields)
         cur = self.db.execute(f"UPDATE conversations SET {sets} WHERE id = ?", (*fields.values(), conversation_id))
         if cur.rowcount == 0:

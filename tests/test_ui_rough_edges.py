@@ -1,0 +1,190 @@
+"""The window's rough edges a new user hit (issue 30), each driven as a person would: the model's
+loading state, the conversation's header, line breaks, keyboard use, scrolling, the statistics line.
+On the scripted fake engine (tests/fake_engine.py) and the real store."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QApplication
+
+from app.compare_pane import ComparePane
+from app.controller import ChatController
+from app.main_window import LOADING, READY, MainWindow
+from app.message_view import MessageView, with_line_breaks
+from app.preferences import Preferences
+from engine.store.render import stats_explained, stats_summary
+from engine.store.store import Store
+from tests.fake_engine import FakeEngine
+from tests.test_ui_window import LateEngine, last_reply, wait_reply_saved
+
+HAIKU = "An old silent pond\nA frog jumps into the pond\nSplash! Silence again"
+
+
+def slow_window(qtbot, tmp_path: Path) -> tuple[MainWindow, list[FakeEngine]]:
+    engines: list[FakeEngine] = []
+
+    def factory(model: str | None) -> FakeEngine:
+        engines.append(LateEngine(model))
+        return engines[-1]
+
+    w = MainWindow(ChatController(tmp_path / "lanes.db", None, engine_factory=factory), Preferences(),
+                   tmp_path / "prefs.json")
+    qtbot.addWidget(w)
+    w.show()
+    return w, engines
+
+
+def test_while_the_model_loads_enter_keeps_the_message_and_sends_it_once_ready(qtbot, tmp_path: Path) -> None:
+    w, engines = slow_window(qtbot, tmp_path)
+    assert w.composer.placeholderText() == LOADING and not w.stop_button.isEnabled()
+    assert QApplication.focusWidget() is w.composer or w.composer.hasFocus() or w.focusWidget() is w.composer
+    qtbot.keyClicks(w.composer, "Hello there")
+    qtbot.keyClick(w.composer, Qt.Key.Key_Return)
+    assert w.composer.toPlainText() == "" and "sent as soon as it is ready" in w.statusBar().currentMessage()
+    assert w.stop_button.isEnabled()  # Stop takes it back
+    engines[0].finish_loading()
+    qtbot.waitUntil(lambda: w.composer.placeholderText() == READY)
+    wait_reply_saved(qtbot, w)
+    assert [m.content for m in (wi.message for wi in w.chat.widgets)] == ["Hello there", "Echo: Hello there"]
+    w.close()
+
+
+def test_stop_while_loading_puts_the_unsent_message_back(qtbot, tmp_path: Path) -> None:
+    w, engines = slow_window(qtbot, tmp_path)
+    qtbot.keyClicks(w.composer, "Never mind")
+    qtbot.keyClick(w.composer, Qt.Key.Key_Return)
+    w.stop_action.trigger()  # Esc
+    assert w.composer.toPlainText() == "Never mind" and not w.stop_button.isEnabled()
+    engines[0].finish_loading()
+    qtbot.waitUntil(lambda: w.send_button.isEnabled())
+    qtbot.wait(100)
+    assert not w.chat.widgets  # nothing was sent
+    w.close()
+
+
+def test_the_header_follows_the_first_message_and_a_rename(qtbot, make_window, tmp_path: Path) -> None:
+    w = make_window()
+    qtbot.waitUntil(lambda: w.send_button.isEnabled())
+    assert w.title.text() == "New conversation"
+    qtbot.keyClicks(w.composer, "Plan a picnic")
+    qtbot.keyClick(w.composer, Qt.Key.Key_Return)
+    wait_reply_saved(qtbot, w)
+    qtbot.waitUntil(lambda: w.title.text() == "Plan a picnic")
+    assert w.windowTitle() == "Plan a picnic — Lanes"
+
+    def answer_rename() -> None:
+        dialog = w.sidebar.rename_dialog
+        assert dialog is not None and dialog.width() >= 480  # a long title is not cut
+        dialog.setTextValue("Picnic, Saturday")
+        dialog.accept()
+
+    qtbot.waitUntil(lambda: w.sidebar.model.rows and w.sidebar.model.rows[0].title == "Plan a picnic")
+    from PySide6.QtCore import QTimer
+
+    QTimer.singleShot(200, answer_rename)
+    qtbot.keyClick(w, Qt.Key.Key_F2)  # F2 renames the shown conversation
+    qtbot.waitUntil(lambda: w.title.text() == "Picnic, Saturday")
+    with Store(tmp_path / "lanes.db") as store:
+        assert store.conversation(w.current).title == "Picnic, Saturday"
+
+
+def test_single_line_breaks_stay_line_breaks_outside_code() -> None:
+    assert with_line_breaks("Roses\nViolets\n\nNew paragraph") == "Roses  \nViolets\n\nNew paragraph"
+    code = "```py\na = 1\nb = 2\n```\nafter"
+    assert with_line_breaks(code) == code  # code keeps its own lines; nothing follows the fence's last line
+    table = "| a | b |\n|---|---|\n| 1 | 2 |"
+    assert with_line_breaks(table) == table
+    assert with_line_breaks("ends\\\nhard  \nalready") == "ends\\\nhard  \nalready"
+
+
+def test_a_haiku_shows_as_three_lines(qtbot) -> None:
+    view = MessageView()
+    qtbot.addWidget(view)
+    view.set_markdown(HAIKU)
+    shown = view.document().toPlainText().replace("\u2028", "\n")
+    assert shown.splitlines() == HAIKU.splitlines()
+    assert view.plain_text() == HAIKU  # Copy gives the text as written
+
+
+def test_escape_clears_the_search_before_it_stops_anything(qtbot, make_window) -> None:
+    w = make_window()
+    w.sidebar.focus_search()
+    qtbot.keyClicks(w.sidebar.search, "picnic")
+    qtbot.keyClick(w.sidebar.search, Qt.Key.Key_Escape)
+    assert w.sidebar.search.text() == ""
+
+
+def test_escape_closes_the_comparison_window_and_it_fits_the_screen(qtbot, make_window) -> None:
+    w = make_window()
+    qtbot.waitUntil(lambda: w.send_button.isEnabled())
+    w.compare_action.trigger()
+    pane = w.findChild(ComparePane)
+    assert pane is not None and pane.isVisible()
+    room = pane.screen().availableGeometry()
+    assert pane.height() <= room.height() and pane.width() <= room.width()
+    qtbot.keyClick(pane, Qt.Key.Key_Escape)
+    assert not pane.isVisible()
+
+
+def test_sending_while_scrolled_up_jumps_to_the_new_message(qtbot, make_window) -> None:
+    w = make_window()
+    w.resize(700, 420)
+    qtbot.waitUntil(lambda: w.send_button.isEnabled())
+    for i in range(4):
+        w.composer.setPlainText(f"Message {i}\n" + "line\n" * 12)
+        qtbot.keyClick(w.composer, Qt.Key.Key_Return)
+        wait_reply_saved(qtbot, w)
+    bar = w.chat.verticalScrollBar()
+    qtbot.waitUntil(lambda: bar.maximum() > 0)
+    bar.setValue(0)
+    qtbot.waitUntil(lambda: w.chat.latest_button.isVisible())  # a way back down
+    qtbot.keyClicks(w.composer, "And one more")
+    qtbot.keyClick(w.composer, Qt.Key.Key_Return)
+    qtbot.waitUntil(lambda: bar.value() == bar.maximum() and bar.maximum() > 0)
+    wait_reply_saved(qtbot, w)
+    qtbot.waitUntil(lambda: not w.chat.latest_button.isVisible())
+    bar.setValue(0)
+    qtbot.waitUntil(lambda: w.chat.latest_button.isVisible())
+    qtbot.mouseClick(w.chat.latest_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: bar.value() == bar.maximum())
+
+
+def test_page_keys_in_a_message_scroll_the_chat(qtbot, make_window) -> None:
+    w = make_window()
+    w.resize(700, 420)
+    qtbot.waitUntil(lambda: w.send_button.isEnabled())
+    w.composer.setPlainText("Long\n" + "line\n" * 40)
+    qtbot.keyClick(w.composer, Qt.Key.Key_Return)
+    wait_reply_saved(qtbot, w)
+    bar = w.chat.verticalScrollBar()
+    qtbot.waitUntil(lambda: bar.maximum() > 0 and bar.value() == bar.maximum())
+    view = w.chat.widgets[0].view
+    view.setFocus()
+    qtbot.keyClick(view, Qt.Key.Key_Home, Qt.KeyboardModifier.ControlModifier)
+    assert bar.value() == 0
+    qtbot.keyClick(view, Qt.Key.Key_PageDown)
+    assert bar.value() > 0
+    qtbot.keyClick(view, Qt.Key.Key_End, Qt.KeyboardModifier.ControlModifier)
+    qtbot.waitUntil(lambda: bar.value() == bar.maximum())
+
+
+def test_the_statistics_line_is_plain_words_with_a_tooltip_for_each_figure(qtbot, make_window) -> None:
+    stats = {"generated": 120, "seconds": 3.0, "first_token_s": 0.21, "reason": "length",
+             "rows": {"context": {"accepted": 30, "tested": 40, "granted": 40}}}
+    line = stats_summary(stats, "m" * 65 + "c" * 30 + "r" * 5)
+    assert line == "120 tokens · 40.0 tok/s · first token 0.21 s · 35% copied · hit the length limit"
+    assert "eos" not in stats_summary({**stats, "reason": "eos"}, None)  # the model's own end goes unsaid
+    tip = stats_explained(stats, "m" * 65 + "c" * 30 + "r" * 5)
+    assert "30% from this conversation, 5% from other conversations" in tip
+    assert "Copy drafts from this conversation: 30 of 40 proposed tokens accepted." in tip
+    w = make_window()
+    qtbot.waitUntil(lambda: w.send_button.isEnabled())
+    qtbot.keyClicks(w.composer, "Say it twice: the cat, the cat")
+    qtbot.keyClick(w.composer, Qt.Key.Key_Return)
+    wait_reply_saved(qtbot, w)
+    label = w.chat.widgets[-1].stats
+    assert "tok/s" in label.text() and "rows" not in label.text() and "eos" not in label.text()
+    assert "tokens written per second" in label.toolTip()
+    assert last_reply(w) is not None
