@@ -42,30 +42,42 @@ else
 WITH_BLAS =
 endif
 
-.PHONY: help setup openblas run test lint format bench bench-heldout bench-loaded bench-families bench-server bench-store bench-ui soak screenshots package \
+.PHONY: help setup openblas qt-libs xvfb run test lint format bench bench-heldout bench-loaded bench-families bench-server bench-store bench-ui soak screenshots package \
 	clean distclean
 
 help:
 	@sed -n 's/^#   //p' $(MAKEFILE_LIST)
 
-setup: openblas $(STAMP)
+setup: openblas qt-libs $(STAMP)
 
 # Linux only: install OpenBLAS with apt when it is missing (as root, or with passwordless sudo).
 openblas:
 ifeq ($(UNAME_S),Linux)
 	@if [ -z "$$($(FIND_OPENBLAS))" ]; then \
-	  echo "OpenBLAS not found: installing libopenblas0-pthread (MLX on the CPU is ~30x slower without it)"; \
-	  if [ "$$(id -u)" = 0 ]; then SUDO=; \
-	  elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then SUDO="sudo -n"; \
-	  else SUDO=none; fi; \
-	  if [ "$$SUDO" != none ] && command -v apt-get >/dev/null 2>&1 \
-	     && $$SUDO apt-get update -qq \
-	     && $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libopenblas0-pthread; then \
-	    echo "Installed OpenBLAS: $$($(FIND_OPENBLAS))"; \
-	  else \
-	    echo "WARNING: could not install OpenBLAS (needs apt and root or passwordless sudo)." >&2; \
-	    echo "WARNING: Lanes will run, about 30x slower. Fix: sudo apt-get install libopenblas0-pthread" >&2; \
-	  fi; \
+	  bash scripts/apt-install.sh "OpenBLAS (MLX on the CPU is ~30x slower without it)" libopenblas0-pthread; \
+	fi
+endif
+
+# Linux only: the X11 libraries Qt's xcb platform loads (the window does not open without them), by
+# library name and Debian/Ubuntu package; installed with apt when missing.
+QT_XCB_LIBS := libxcb-cursor.so.0:libxcb-cursor0 libxcb-icccm.so.4:libxcb-icccm4 libxcb-image.so.0:libxcb-image0 \
+	libxcb-keysyms.so.1:libxcb-keysyms1 libxcb-randr.so.0:libxcb-randr0 libxcb-render-util.so.0:libxcb-render-util0 \
+	libxcb-shape.so.0:libxcb-shape0 libxcb-xkb.so.1:libxcb-xkb1 libxkbcommon-x11.so.0:libxkbcommon-x11-0 \
+	libX11-xcb.so.1:libx11-xcb1 libEGL.so.1:libegl1 libGL.so.1:libgl1 libfontconfig.so.1:libfontconfig1 \
+	libdbus-1.so.3:libdbus-1-3
+LDCONFIG := $(shell command -v ldconfig 2>/dev/null || echo /sbin/ldconfig)
+qt-libs:
+ifeq ($(UNAME_S),Linux)
+	@missing=$$(for p in $(QT_XCB_LIBS); do $(LDCONFIG) -p | grep -qF "$${p%%:*} " || echo "$${p#*:}"; done); \
+	if [ -n "$$missing" ]; then bash scripts/apt-install.sh "the X11 libraries the window needs" $$missing; fi
+endif
+
+# Linux only, for `make test`: an X server without a screen (Xvfb) and xdotool, so that one test opens
+# the real window and types into it (tests/test_ui_x11.py).
+xvfb:
+ifeq ($(UNAME_S),Linux)
+	@if ! command -v Xvfb >/dev/null 2>&1 || ! command -v xdotool >/dev/null 2>&1; then \
+	  bash scripts/apt-install.sh "Xvfb and xdotool (a test opens the window on X11)" xvfb xdotool; \
 	fi
 endif
 
@@ -101,7 +113,7 @@ lint: setup
 format: setup
 	$(VENV)/bin/ruff format .
 
-test: setup lint
+test: setup lint xvfb
 	$(WITH_BLAS) QT_QPA_PLATFORM=offscreen $(PY) -m pytest
 
 bench-server: setup
