@@ -104,6 +104,8 @@ class MessageWidget(QFrame):
 
     def copy(self) -> None:
         QGuiApplication.clipboard().setText(self.view.plain_text() or self.message.content)
+        self.copy_button.setText("Copied ✓")  # the only sign a copy happened
+        QTimer.singleShot(1500, self.copy_button, lambda: self.copy_button.setText("Copy"))  # dropped if deleted
 
 
 class ChatView(QScrollArea):

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from PySide6.QtCore import QByteArray, QTimer
-from PySide6.QtGui import QAction, QCloseEvent, QKeySequence
+from PySide6.QtGui import QAction, QCloseEvent, QKeySequence, QTextCursor
 from PySide6.QtWidgets import (
     QFileDialog,
     QHBoxLayout,
@@ -45,6 +45,7 @@ class MainWindow(QMainWindow):
         self.prefs_path = prefs_path
         self.current: int | None = None
         self._queued: str | None = None  # a message sent while the model loaded: sent once it is ready
+        self._drafts: dict[int | None, str] = {}  # unsent text of the conversations not shown (None: a new one)
         self._load_started = time.monotonic()
         self.setWindowTitle("Lanes")
         self.resize(1100, 760)
@@ -145,6 +146,11 @@ class MainWindow(QMainWindow):
         self.settings_action.setMenuRole(QAction.MenuRole.PreferencesRole)
         quit_action = self._action("&File", "Quit", self.close, sk.Quit)
         quit_action.setMenuRole(QAction.MenuRole.QuitRole)
+        for text, key, slot in (("Cut", sk.Cut, "cut"), ("Copy", sk.Copy, "copy"), ("Paste", sk.Paste, "paste"),
+                                ("Select All", sk.SelectAll, "selectAll")):
+            self._action("&Edit", text, lambda _checked=False, slot=slot: self._edit(slot), key)
+        self._menus["&Edit"].addSeparator()
+        self._action("&Edit", "Copy Last Reply", self.copy_last_reply, "Ctrl+Shift+Y")
         self._action("&Edit", "Search Conversations", self.sidebar.focus_search, sk.Find)
         self.stop_action = self._action("&Conversation", "Stop Reply", self.stop, "Esc")
         self.regenerate_action = self._action("&Conversation", "Regenerate Last Reply", self.regenerate, "Ctrl+R")
@@ -224,7 +230,19 @@ class MainWindow(QMainWindow):
         QMessageBox.warning(self, "The saved model could not be loaded", message)
 
     # -- conversations ---------------------------------------------------------------------------
+    def _switch_draft(self, to: int | None) -> None:
+        """Keep the composer's unsent text with the conversation it was written in; show ``to``'s."""
+        text = self.composer.toPlainText()
+        if text.strip():
+            self._drafts[self.current] = text
+        else:
+            self._drafts.pop(self.current, None)
+        self.composer.setPlainText(self._drafts.pop(to, ""))
+        self.composer.moveCursor(QTextCursor.MoveOperation.End)
+
     def new_conversation(self) -> None:
+        if self.current is not None:
+            self._switch_draft(None)
         self.current = None
         self._show_title(None)
         self.chat.set_messages([])
@@ -235,6 +253,7 @@ class MainWindow(QMainWindow):
     def open_conversation(self, conversation_id: int) -> None:
         if conversation_id == self.current:
             return
+        self._switch_draft(conversation_id)
         self.current = conversation_id
         self.controller.load_conversation(conversation_id, self._show)
 
@@ -269,6 +288,7 @@ class MainWindow(QMainWindow):
         self.setWindowTitle(f"{title} — Lanes" if title else "Lanes")
 
     def _deleted(self, conversation_id: int) -> None:
+        self._drafts.pop(conversation_id, None)
         if conversation_id == self.current:
             self.new_conversation()
 
@@ -300,6 +320,18 @@ class MainWindow(QMainWindow):
             self.controller.new_conversation(self.prefs.system_prompt, settings, created)
         else:
             self.controller.send(self.current, text, settings)
+
+    def _edit(self, slot: str) -> None:
+        """Cut, Copy, Paste or Select All in the focused text (the widgets take their own shortcuts first)."""
+        target = self.focusWidget()  # this window's focused widget, even while a menu holds the keyboard
+        if target is not None and hasattr(target, slot):
+            getattr(target, slot)()
+
+    def copy_last_reply(self) -> None:
+        w = next((w for w in reversed(self.chat.widgets) if w.message.role == "assistant"), None)
+        if w is not None:
+            w.copy()
+            self.statusBar().showMessage("Copied the last reply", 3000)
 
     def stop(self) -> None:
         if self._queued is not None:  # not sent yet: back into the composer

@@ -19,6 +19,7 @@ from PySide6.QtGui import QAction, QKeyEvent, QKeySequence
 from PySide6.QtWidgets import (
     QHBoxLayout,
     QInputDialog,
+    QLabel,
     QLineEdit,
     QListView,
     QMenu,
@@ -29,11 +30,14 @@ from PySide6.QtWidgets import (
 )
 
 from app.controller import ChatController
+from app.conversation_delegate import ConversationDelegate, plain_title, when_label
 from engine.store.records import ConversationSummary
 
 PAGE = 200
 IdRole = Qt.ItemDataRole.UserRole + 1
 GeneratingRole = Qt.ItemDataRole.UserRole + 2
+WhenRole = Qt.ItemDataRole.UserRole + 3  # when it was last used, short ("14:02", "Tue", "28 Nov")
+SnippetRole = Qt.ItemDataRole.UserRole + 4  # while searching: the matching text
 Index = QModelIndex | QPersistentModelIndex
 
 
@@ -61,8 +65,12 @@ class ConversationListModel(QAbstractListModel):
         row = self.rows[index.row()]
         generating = row.id in self.generating
         if role == Qt.ItemDataRole.DisplayRole:
-            title = row.title or "New conversation"
+            title = plain_title(row.title) if row.title else "New conversation"
             return f"● {title}" if generating else title
+        if role == WhenRole:
+            return when_label(row.updated_at)
+        if role == SnippetRole:
+            return " ".join(row.snippet.split()) if self.query and row.snippet else ""
         if role == Qt.ItemDataRole.ToolTipRole:
             when = time.strftime("%Y-%m-%d %H:%M", time.localtime(row.updated_at))
             extra = f"\n{' '.join(row.snippet.split())}" if row.snippet else ""
@@ -152,7 +160,8 @@ class Sidebar(QWidget):
         self.list = QListView()
         self.list.setAccessibleName("Conversations")
         self.list.setModel(self.model)
-        self.list.setUniformItemSizes(True)  # cheap layout for thousands of rows
+        self.list.setUniformItemSizes(True)  # cheap layout for thousands of rows (a search's rows are all two lines)
+        self.list.setItemDelegate(ConversationDelegate(WhenRole, SnippetRole))
         self.list.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)  # long titles elide
         self.list.setTextElideMode(Qt.TextElideMode.ElideRight)
         self.list.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
@@ -168,8 +177,15 @@ class Sidebar(QWidget):
         top.addWidget(self.new_button)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(8, 8, 0, 8)
+        self.no_results = QLabel()
+        self.no_results.setAccessibleName("Search results")
+        self.no_results.setWordWrap(True)
+        self.no_results.setStyleSheet("color: palette(placeholder-text); padding: 8px;")
+        self.no_results.hide()
         layout.addLayout(top)
+        layout.addWidget(self.no_results)
         layout.addWidget(self.list, 1)
+        self.model.modelReset.connect(self._show_no_results)
 
         self.search.installEventFilter(self)  # Esc clears the search (before the window's Stop takes it)
         self._debounce = QTimer(self, singleShot=True, interval=150)  # search as one types, not per key
@@ -223,6 +239,11 @@ class Sidebar(QWidget):
                 self.search.clear()
                 return True
         return super().eventFilter(watched, event)
+
+    def _show_no_results(self) -> None:
+        none = bool(self.model.query) and not self.model.rows
+        self.no_results.setText(f"No conversation mentions “{self.model.query}”." if none else "")
+        self.no_results.setVisible(none)
 
     def focus_search(self) -> None:
         self.search.setFocus()

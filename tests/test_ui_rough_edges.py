@@ -4,6 +4,7 @@ On the scripted fake engine (tests/fake_engine.py) and the real store."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 from PySide6.QtCore import Qt
@@ -14,6 +15,7 @@ from app.controller import ChatController
 from app.main_window import LOADING, READY, MainWindow
 from app.message_view import MessageView, with_line_breaks
 from app.preferences import Preferences
+from app.sidebar import SnippetRole, WhenRole
 from engine.store.render import stats_explained, stats_summary
 from engine.store.store import Store
 from tests.fake_engine import FakeEngine
@@ -188,3 +190,71 @@ def test_the_statistics_line_is_plain_words_with_a_tooltip_for_each_figure(qtbot
     assert "tok/s" in label.text() and "rows" not in label.text() and "eos" not in label.text()
     assert "tokens written per second" in label.toolTip()
     assert last_reply(w) is not None
+
+
+def test_the_sidebar_shows_plain_titles_with_when_and_a_search_says_what_it_found(qtbot, make_window,
+                                                                                tmp_path: Path) -> None:
+    with Store(tmp_path / "lanes.db") as store:
+        c = store.create_conversation(title="What does `ls -l` *print*?", updated_at=time.time() - 60)
+        store.add_message(c.id, "user", "What does ls -l print in a lighthouse?")
+        store.create_conversation(title="Old one", updated_at=time.mktime((2025, 3, 9, 12, 0, 0, 0, 0, -1)))
+    w = make_window()
+    model = w.sidebar.model
+    qtbot.waitUntil(lambda: model.rowCount() == 2)
+    assert model.index(0, 0).data() == "What does ls -l print?"
+    assert model.index(0, 0).data(WhenRole) == time.strftime("%H:%M", time.localtime(model.rows[0].updated_at))
+    assert model.index(1, 0).data(WhenRole) == "9 Mar 2025"
+    assert model.index(0, 0).data(SnippetRole) == ""  # no search, no snippet
+    w.sidebar.list.grab()  # the delegate paints both rows without error
+    qtbot.keyClicks(w.sidebar.search, "lighthouse")
+    qtbot.waitUntil(lambda: model.rowCount() == 1)
+    assert "[lighthouse]" in model.index(0, 0).data(SnippetRole)
+    assert not w.sidebar.no_results.isVisible()
+    w.sidebar.search.clear()
+    qtbot.keyClicks(w.sidebar.search, "zeppelin")
+    qtbot.waitUntil(lambda: w.sidebar.no_results.isVisible())
+    assert w.sidebar.no_results.text() == "No conversation mentions “zeppelin”."
+
+
+def test_each_conversation_keeps_its_own_unsent_draft(qtbot, make_window) -> None:
+    w = make_window()
+    qtbot.waitUntil(lambda: w.send_button.isEnabled())
+    for text in ("first", "second"):
+        w.new_action.trigger()
+        w.send(text)
+        wait_reply_saved(qtbot, w)
+    second = w.current
+    qtbot.waitUntil(lambda: w.sidebar.model.rowCount() == 2)
+    first = w.sidebar.model.rows[1].id
+    qtbot.keyClicks(w.composer, "half a thought")
+    w.sidebar.select(first)
+    qtbot.waitUntil(lambda: w.current == first)
+    assert w.composer.toPlainText() == ""  # the draft does not follow into another chat
+    qtbot.keyClicks(w.composer, "another draft")
+    w.sidebar.select(second)
+    qtbot.waitUntil(lambda: w.current == second)
+    assert w.composer.toPlainText() == "half a thought"
+    w.sidebar.select(first)
+    qtbot.waitUntil(lambda: w.current == first)
+    assert w.composer.toPlainText() == "another draft"
+
+
+def test_copy_says_it_copied_and_the_edit_menu_copies_the_last_reply(qtbot, make_window) -> None:
+    w = make_window()
+    qtbot.waitUntil(lambda: w.send_button.isEnabled())
+    w.send("clip this")
+    wait_reply_saved(qtbot, w)
+    button = w.chat.widgets[-1].copy_button
+    qtbot.mouseClick(button, Qt.MouseButton.LeftButton)
+    assert button.text() == "Copied ✓"
+    qtbot.waitUntil(lambda: button.text() == "Copy", timeout=3000)
+    QApplication.clipboard().clear()
+    edit = w._menus["&Edit"]
+    actions = {a.text(): a for a in edit.actions()}
+    assert {"Cut", "Copy", "Paste", "Select All", "Copy Last Reply", "Search Conversations"} <= set(actions)
+    actions["Copy Last Reply"].trigger()
+    assert QApplication.clipboard().text() == "Echo: clip this"
+    w.composer.setFocus()
+    QApplication.clipboard().setText("pasted")
+    actions["Paste"].trigger()
+    assert w.composer.toPlainText() == "pasted"

@@ -61,7 +61,7 @@ def test_the_app_opens_on_x11_and_answers_what_is_typed(display: str, tmp_path: 
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         window = wait_for(lambda: xdotool(env, "search", "--onlyvisible", "--name", "^Lanes$"), 60,
-                          f"the window on {display} ({app.poll() is None and 'running' or 'exited'})")
+                          f"the window on {display} ({(app.poll() is None and 'running') or 'exited'})")
         window = window.splitlines()[0]
         xdotool(env, "windowfocus", "--sync", window)
         question = "What is the capital of France?"
