@@ -92,6 +92,14 @@ class MessageWidget(QFrame):
         self.stats.setText("generating…")
         self.stats.setVisible(True)
 
+    def set_reading(self, done: int, total: int) -> None:
+        """The model is still reading the conversation (a long prompt): how far, before any text."""
+        self.stats.setText(f"Reading the conversation: {done:,} of {total:,} tokens ({done / max(1, total):.0%})"
+                           " · Esc stops")
+        self.stats.setToolTip("Before it writes, the model reads the whole conversation once; "
+                              "long ones take a while. The next message reuses what it read.")
+        self.stats.setVisible(True)
+
     def set_show_origins(self, on: bool) -> None:
         self.show_origins = on
         self._render(self.message.content)

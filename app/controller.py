@@ -18,7 +18,7 @@ from typing import Any
 from PySide6.QtCore import QObject, QTimer, Signal, Slot
 
 from engine.errors import ModelLoadError
-from engine.events import ModelInfo, Notice, Tokens, Waiting
+from engine.events import ModelInfo, Notice, Reading, Tokens, Waiting
 from engine.rounds.engine_thread import Engine
 from engine.service.chat_service import ChatService, ReplyBegun, ReplySaved, ServiceEvent
 from engine.service.session import ReplySettings
@@ -39,6 +39,7 @@ class LiveReply:
     text: str = ""
     spans: list[tuple[str, str]] = field(default_factory=list)
     user_message: Message | None = None
+    reading: tuple[int, int] | None = None  # prompt tokens read, of how many (a long prompt, until it is read)
 
 
 class ChatController(QObject):
@@ -50,6 +51,7 @@ class ChatController(QObject):
     replyStarted = Signal(int)  # conversation id: its user message and empty reply are saved
     replyWaiting = Signal(int, str)  # conversation id, why its reply has not started (engine memory limits)
     replyNotice = Signal(int, str)  # conversation id, what the user should know about how its reply runs
+    replyReading = Signal(int, int, int)  # conversation id, prompt tokens read so far, of how many
     liveUpdated = Signal(object)  # set of conversation ids whose streamed text changed
     replyFinished = Signal(int, object)  # conversation id, the saved Message
     replyFailed = Signal(int, str)  # conversation id, why (the reply could not start or broke)
@@ -327,6 +329,11 @@ class ChatController(QObject):
             live = self._live_for(ev.request_id)
             if live is not None:
                 self.replyNotice.emit(live.conversation_id, ev.message)
+        elif isinstance(ev, Reading):
+            live = self._live_for(ev.request_id)
+            if live is not None:
+                live.reading = (ev.done, ev.total)
+                self.replyReading.emit(live.conversation_id, ev.done, ev.total)
         elif isinstance(ev, ReplySaved):  # a failure, too, ends in ReplySaved (status "error")
             self._tasks.pop(ev.conversation_id, None)
             self.live.pop(ev.conversation_id, None)

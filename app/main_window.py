@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from PySide6.QtCore import QByteArray, QTimer
@@ -54,6 +54,10 @@ class MainWindow(QMainWindow):
         self.title = QLabel("New conversation")
         self.title.setStyleSheet("font-size: 15px; font-weight: 600;")
         self.title.setAccessibleName("Conversation title")
+        self.context_label = QLabel()  # how much of the model's context the conversation fills
+        self.context_label.setAccessibleName("Context used")
+        self.context_label.setToolTip("How much of the model's context this conversation fills, in tokens. "
+                                      "Past the limit its earliest messages are left out of what the model sees.")
         self.legend = OriginLegend()
         self.legend.setVisible(prefs.show_origins)
         self.chat = ChatView()
@@ -69,7 +73,10 @@ class MainWindow(QMainWindow):
         right = QWidget()
         col = QVBoxLayout(right)
         col.setContentsMargins(8, 8, 8, 8)
-        col.addWidget(self.title)
+        head = QHBoxLayout()
+        head.addWidget(self.title, 1)
+        head.addWidget(self.context_label)
+        col.addLayout(head)
         col.addWidget(self.legend)
         col.addWidget(self.chat, 1)
         row = QHBoxLayout()
@@ -173,6 +180,7 @@ class MainWindow(QMainWindow):
         c.replyStarted.connect(self._reply_started)
         c.replyWaiting.connect(lambda _cid, why: self.statusBar().showMessage(f"A reply waits to start: {why}.", 15000))
         c.replyNotice.connect(lambda _cid, what: self.statusBar().showMessage(f"Note: {what}.", 15000))
+        c.replyReading.connect(self._reading)
         c.liveUpdated.connect(self._live_updated)
         c.replyFinished.connect(self._reply_finished)
         c.replyFailed.connect(self._reply_failed)
@@ -245,6 +253,7 @@ class MainWindow(QMainWindow):
             self._switch_draft(None)
         self.current = None
         self._show_title(None)
+        self.context_label.setText("")
         self.chat.set_messages([])
         self.sidebar.mark_shown(None)
         self.composer.setFocus()
@@ -263,6 +272,7 @@ class MainWindow(QMainWindow):
             return  # another conversation was chosen meanwhile
         self._show_title(conv.title)
         self.chat.set_messages(messages)
+        self._show_context(messages)
         live = self.controller.live.get(conv.id)
         if live is not None and live.message_id is not None:
             w = self.chat.widget_for(live.message_id)
@@ -377,6 +387,26 @@ class MainWindow(QMainWindow):
         self.chat.jump_to_latest()  # one's own new message is shown, wherever one had scrolled
         self._update_stop()
 
+    def _reading(self, conversation_id: int, done: int, total: int) -> None:
+        live = self.controller.live.get(conversation_id)
+        if conversation_id == self.current and live is not None and live.message_id is not None and not live.text:
+            w = self.chat.widget_for(live.message_id)
+            if w is not None:
+                w.set_reading(done, total)
+
+    def _show_context(self, messages: list[Message]) -> None:
+        """Tokens the conversation fills after its last reply (its prompt and what it wrote), of the context."""
+        info = self.controller.info
+        last = next((m for m in reversed(messages) if m.role == "assistant" and isinstance(m.stats, Mapping)), None)
+        counts = [last.stats.get(k) for k in ("prompt_tokens", "generated")] if last and last.stats else []
+        used = int(sum(v for v in counts if isinstance(v, int | float) and not isinstance(v, bool)))
+        if info is None or not used:
+            self.context_label.setText("")
+            return
+        share = used / info.context_length
+        self.context_label.setText(f"{used:,} of {info.context_length:,} tokens")
+        self.context_label.setStyleSheet("color: #b35c00;" if share > 0.8 else "color: palette(placeholder-text);")
+
     def _live_updated(self, ids: set[int]) -> None:
         if self.current in ids:
             self._render_live()
@@ -404,6 +434,7 @@ class MainWindow(QMainWindow):
             w = self.chat.widget_for(message.id)
             if w is not None:
                 w.update_message(message)
+                self._show_context([message])
             else:
                 self.controller.load_conversation(conversation_id, self._show)
         self._update_stop()

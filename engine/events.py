@@ -62,6 +62,7 @@ class Request:
     recall_exclude: str | None = None  # a Recall document to skip without naming the conversation
     prefix_cache: bool = False
     tools: tuple[Mapping[str, Any], ...] = ()
+    fit_context: bool = False  # a chat too long for the context leaves out its earliest turns, not fails
     id: str = field(default_factory=new_request_id)
 
 
@@ -108,6 +109,7 @@ class ReplyStats:
     prefill_reused: int  # prompt tokens whose KV came from an earlier turn
     rounds: int
     rows: Mapping[str, SourceCounts]  # by source
+    left_out: int = 0  # earliest messages left out of the prompt to fit the context
 
     @property
     def tokens_per_s(self) -> float:
@@ -125,6 +127,7 @@ class ReplyStats:
             "rounds": self.rounds,
             "rows": {s: {"tested": c.tested, "accepted": c.accepted, "granted": c.granted}
                      for s, c in self.rows.items()},
+            **({"left_out": self.left_out} if self.left_out else {}),
         }
 
 
@@ -151,6 +154,15 @@ class Failed:
 
 
 @dataclass(frozen=True)
+class Reading:
+    """The request's prompt is being read (prefilled): ``done`` of its ``total`` tokens so far."""
+
+    request_id: str
+    done: int
+    total: int
+
+
+@dataclass(frozen=True)
 class Waiting:
     """The request is queued, not refused: it starts once running replies leave room (``reason``)."""
 
@@ -167,7 +179,7 @@ class Notice:
     message: str
 
 
-Event = Tokens | RoundStats | Finished | Failed | Waiting | Notice
+Event = Tokens | RoundStats | Finished | Failed | Waiting | Notice | Reading
 
 
 @dataclass(frozen=True)

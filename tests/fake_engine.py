@@ -26,6 +26,7 @@ from engine.events import (
     Finished,
     ModelInfo,
     Notice,
+    Reading,
     ReplyStats,
     Request,
     RoundStats,
@@ -117,6 +118,10 @@ class FakeEngine:
             h.events.put(Waiting(h.id, "2 replies are running, the most Fake-Echo runs at once"))
         if "NOTE" in text:  # as the engine says of a model whose chat template takes no system prompt
             h.events.put(Notice(h.id, FOLDED))
+        if "READ" in text:  # a long prompt, read a chunk at a time before the reply starts
+            for done in (128, 256, 384):
+                h.events.put(Reading(h.id, done, 512))
+                time.sleep(self.delay * 20)
         start, done = time.perf_counter(), 0
         history = {"context": {"accepted": 3.0, "tested": 4.0}}
         while done < len(reply):

@@ -18,7 +18,7 @@ from app.preferences import Preferences
 from app.sidebar import SnippetRole, WhenRole
 from engine.store.render import stats_explained, stats_summary
 from engine.store.store import Store
-from tests.fake_engine import FakeEngine
+from tests.fake_engine import INFO, FakeEngine
 from tests.test_ui_window import LateEngine, last_reply, wait_reply_saved
 
 HAIKU = "An old silent pond\nA frog jumps into the pond\nSplash! Silence again"
@@ -258,3 +258,28 @@ def test_copy_says_it_copied_and_the_edit_menu_copies_the_last_reply(qtbot, make
     QApplication.clipboard().setText("pasted")
     actions["Paste"].trigger()
     assert w.composer.toPlainText() == "pasted"
+
+
+def test_a_long_prompt_shows_how_far_it_was_read_then_the_context_it_fills(qtbot, make_window) -> None:
+    w = make_window()
+    qtbot.waitUntil(lambda: w.send_button.isEnabled())
+    assert w.context_label.text() == ""
+    seen: list[str] = []
+    w.controller.replyReading.connect(lambda *_a: seen.append(w.chat.widgets[-1].stats.text()))
+    w.send("READ this long file")
+    qtbot.waitUntil(lambda: len(seen) == 3)
+    assert seen[-1] == "Reading the conversation: 384 of 512 tokens (75%) · Esc stops"
+    wait_reply_saved(qtbot, w)
+    reply = last_reply(w)
+    used = reply.stats["prompt_tokens"] + reply.stats["generated"]
+    assert w.context_label.text() == f"{used:,} of {INFO.context_length:,} tokens"
+    w.new_action.trigger()
+    assert w.context_label.text() == ""
+    w.sidebar.select(reply.conversation_id)
+    qtbot.waitUntil(lambda: w.context_label.text() == f"{used:,} of {INFO.context_length:,} tokens")  # also when reopened
+
+
+def test_a_reply_that_left_out_earliest_messages_says_so_under_it() -> None:
+    stats = {"generated": 10, "seconds": 1.0, "reason": "eos", "left_out": 12}
+    assert stats_summary(stats, None) == "10 tokens · 10.0 tok/s · 12 earliest messages left out"
+    assert "saw the system prompt and the newest messages only" in stats_explained(stats, None)

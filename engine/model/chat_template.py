@@ -29,6 +29,7 @@ PLAIN = "this model has no chat template, so Lanes wrote the conversation as pla
 class Rendered:
     tokens: list[int]
     notice: str | None  # what the user should know about how the conversation was written, if anything
+    left_out: int = 0  # earliest messages left out to fit the context (``Request.fit_context``)
 
 
 def fold_system(messages: Sequence[Message]) -> list[Message]:

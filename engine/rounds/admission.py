@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 from engine.errors import LanesError, MemoryLimitError, PromptTooLongError
 from engine.events import Request
 from engine.model.chat_template import Rendered, render
+from engine.model.context_fit import fit_turns
 from engine.model.loading import LoadedModel
 from engine.model.memory_limits import MemoryLimits, mib
 
@@ -32,19 +33,31 @@ class Admission:
     def render(self, request: Request) -> Rendered:
         """The request's prompt tokens (its own, or its messages through the chat template), checked
         against the context limit."""
+        limit = self.loaded.context_length
         if request.prompt_tokens is not None:
             rendered = Rendered(list(request.prompt_tokens), None)
         else:
             rendered = render(self.loaded.tokenizer, request.messages, request.tools)
+            room = min(request.max_tokens, limit // 4)  # a chat's reply keeps room to be written
+            if request.fit_context and len(rendered.tokens) + room > limit:
+                rendered = self._fit(request, limit - room)
         tokens = rendered.tokens
         if len(tokens) < 2:
             raise LanesError("a prompt needs at least two tokens: give at least one message")
-        limit = self.loaded.context_length
         if len(tokens) >= limit:
             raise PromptTooLongError(
                 f"prompt of {len(tokens)} tokens exceeds {self.loaded.name}'s context limit of {limit} tokens"
             )
         return rendered
+
+    def _fit(self, request: Request, budget: int) -> Rendered:
+        """The chat with its earliest turns left out to fit ``budget`` tokens (engine.model.context_fit)."""
+        tok = self.loaded.tokenizer
+        kept, left = fit_turns(request.messages, lambda ms: len(render(tok, ms, request.tools).tokens), budget)
+        rendered = render(tok, kept, request.tools)
+        why = (f"the {left} earliest messages were left out: the conversation is longer than "
+               f"{self.loaded.name}'s context of {self.loaded.context_length:,} tokens")
+        return Rendered(rendered.tokens, "; ".join(filter(None, (rendered.notice, why))), left)
 
     def check(self, request: Request) -> Admitted:
         """Validate ``request`` (raising before any compute) and price the room it reserves."""

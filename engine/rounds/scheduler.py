@@ -28,10 +28,9 @@ from engine.drafts.verification import adjusted_probs, verify_greedy, verify_sam
 from engine.events import (
     Event,
     Failed,
-    Finished,
     Notice,
     Origin,
-    ReplyStats,
+    Reading,
     Request,
     RoundStats,
     Tokens,
@@ -39,6 +38,7 @@ from engine.events import (
 )
 from engine.model import blas_threads
 from engine.model.cache_kinds import cache_arrays, make_caches
+from engine.model.chat_template import Rendered
 from engine.model.lane_cache import LaneCache
 from engine.model.loading import LoadedModel
 from engine.model.memory_limits import (
@@ -123,7 +123,7 @@ class Scheduler:
             self.waiting.append(admitted.request)
             self.emit(Waiting(request.id, reason or "waiting for earlier requests to start"))
             return
-        self._join(admitted.request, admitted.rendered.tokens)
+        self._join(admitted.request, admitted.rendered)
 
     def _running(self) -> list[tuple[int, int]]:
         streams = [*self.active, *(j.stream for j in self.joining)]
@@ -131,16 +131,17 @@ class Scheduler:
 
     def _admit_waiting(self) -> None:
         while self.waiting:
-            request = self.waiting[0]
-            prompt = self.prompt_tokens(request)
-            if self.admission.no_room(self.admission.reserve(len(prompt), request.max_tokens),
+            request, rendered = self.waiting[0], self.admission.render(self.waiting[0])
+            if self.admission.no_room(self.admission.reserve(len(rendered.tokens), request.max_tokens),
                                       self._running()) is not None:
                 return
             self.waiting.pop(0)
-            self._join(request, prompt)
+            self._join(request, rendered)
 
-    def _join(self, request: Request, prompt: list[int]) -> None:
+    def _join(self, request: Request, rendered: Rendered) -> None:
+        prompt = rendered.tokens
         stream = Stream.start(request, prompt, self.loaded.family, self.tokenizer)
+        stream.left_out = rendered.left_out
         caches: list[Any] | None = None
         taken = (self.conversations.take(request.conversation, prompt) if request.conversation
                  else self.conversations.take_longest(prompt) if request.prefix_cache else None)
@@ -234,6 +235,8 @@ class Scheduler:
             if compute and end > job.done:
                 self.passes.prefill(self.model, s.prompt[job.done : end], job.caches)
                 job.done = end
+            if len(s.prompt) - s.reused > self.prefill_chunk:  # long enough to show how far it read
+                self.emit(Reading(s.id, job.done, len(s.prompt)))
             if job.done < len(s.prompt) - 1:
                 return
             self.joining.pop(0)
@@ -435,15 +438,7 @@ class Scheduler:
         if caches is not None:
             key = s.request.conversation or PREFIX + s.id
             self.conversations.put(key, (s.prompt + s.output)[:kept], caches)
-        now = time.perf_counter()
-        stats = ReplyStats(
-            prompt_tokens=len(s.prompt), generated=len(s.output), seconds=now - s.started,
-            first_token_s=None if s.first_token_at is None else s.first_token_at - s.started,
-            prefill_reused=s.reused, rounds=s.rounds, rows=s.source_counts())
-        reason = s.stop_reason or "length"
-        self.emit(
-            Finished(s.id, reason, tuple(s.output), tuple(s.origins), s.text, stats, s.rates.snapshot())
-        )
+        self.emit(s.finished())
 
     def _fail(self, s: Stream, exc: BaseException) -> None:
         log.exception("stream %s failed", s.id, exc_info=exc)

@@ -11,7 +11,7 @@ from mlx_lm.tokenizer_utils import StreamingDetokenizer, TokenizerWrapper
 from engine.drafts.copy_index import ContextIndex, RecallIndex, Window
 from engine.drafts.copy_rates import CopyRates
 from engine.drafts.edits import Applied, EditBook, edit_between
-from engine.events import Origin, Request, SourceCounts, StopReason
+from engine.events import Finished, Origin, ReplyStats, Request, SourceCounts, StopReason
 from engine.model.families import Family
 
 # A copy broken by an edit (a renamed word, a fixed typo) resumes within a few tokens; this many
@@ -41,6 +41,7 @@ class Stream:
     text: str = ""
     first_token_at: float | None = None
     reused: int = 0
+    left_out: int = 0  # earliest messages of a chat left out to fit the context
     rounds: int = 0
     rows: dict[str, Counts] = field(default_factory=lambda: {"context": Counts(), "recall": Counts()})
     stop_reason: StopReason | None = None
@@ -267,6 +268,15 @@ class Stream:
         start = max(0, len(self.text) - new_chars - longest + 1)
         hits = [i for s in self.request.stop if (i := self.text.find(s, start)) >= 0]
         return min(hits) if hits else None
+
+    def finished(self) -> Finished:
+        """The event that ends this stream: its tokens, text, statistics and copy history."""
+        stats = ReplyStats(
+            prompt_tokens=len(self.prompt), generated=len(self.output), seconds=time.perf_counter() - self.started,
+            first_token_s=None if self.first_token_at is None else self.first_token_at - self.started,
+            prefill_reused=self.reused, rounds=self.rounds, rows=self.source_counts(), left_out=self.left_out)
+        return Finished(self.id, self.stop_reason or "length", tuple(self.output), tuple(self.origins), self.text,
+                        stats, self.rates.snapshot())
 
     def source_counts(self) -> dict[str, SourceCounts]:
         return {k: SourceCounts(v.tested, v.accepted, v.granted) for k, v in self.rows.items()}

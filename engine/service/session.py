@@ -206,7 +206,7 @@ class ChatSession:
             messages=(*history, {"role": "user", "content": user.content}),
             max_tokens=settings.max_tokens, temperature=settings.temperature, top_p=settings.top_p,
             own_copy_rates=settings.own_copy_rates, copy_history=before, conversation=conv.key,
-            recall=self.store.recall_other_conversations,
+            recall=self.store.recall_other_conversations, fit_context=True,
         )
         handle = self.engine.submit(request)
         return Reply(self, conv, user, assistant.id, handle, settings, before)

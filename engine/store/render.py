@@ -51,6 +51,7 @@ class _Figures:
     copied: float  # share of the reply's tokens that were copied drafts the model confirmed
     shares: list[tuple[str, float]]  # (source, share) of those
     rows: list[tuple[str, float, float]]  # (source, accepted, tested) draft rows
+    left_out: int  # earliest messages left out of the prompt to fit the context
 
 
 def _figures(stats: Mapping[str, Any] | None, origins: str | None) -> _Figures:
@@ -73,7 +74,9 @@ def _figures(stats: Mapping[str, Any] | None, origins: str | None) -> _Figures:
             if acc is not None and tested:
                 rows.append((source, acc, tested))
     reason = stats.get("reason") if isinstance(stats.get("reason"), str) else None
-    return _Figures(generated, rate, _num(stats.get("first_token_s")), reason, copied, shares, rows)
+    left = _num(stats.get("left_out"))
+    return _Figures(generated, rate, _num(stats.get("first_token_s")), reason, copied, shares, rows,
+                    int(left) if left else 0)
 
 
 def stats_line(stats: Mapping[str, Any] | None, origins: str | None) -> str:
@@ -112,6 +115,8 @@ def stats_summary(stats: Mapping[str, Any] | None, origins: str | None) -> str:
         parts.append(f"{f.copied:.0%} copied")
     if f.reason not in (None, "eos"):
         parts.append(_REASONS.get(f.reason or "", f.reason or ""))
+    if f.left_out:
+        parts.append(f"{f.left_out} earliest messages left out")
     return " · ".join(parts)
 
 
@@ -131,6 +136,9 @@ def stats_explained(stats: Mapping[str, Any] | None, origins: str | None) -> str
         where = ", ".join(f"{v:.0%} from {_SOURCE_WORDS.get(n, n)}" for n, v in f.shares)
         lines.append(f"{f.copied:.0%} copied: tokens Lanes proposed by copying earlier text ({where}) and the "
                      "model confirmed, so they cost no pass of their own. The text is exactly the model's.")
+    if f.left_out:
+        lines.append(f"{f.left_out} earliest messages left out: the conversation no longer fits the model's "
+                     "context, so this reply saw the system prompt and the newest messages only.")
     for src, acc, tested in f.rows:
         lines.append(f"Copy drafts from {_SOURCE_WORDS.get(src, src)}: {_count(acc)} of {_count(tested)} "
                      "proposed tokens accepted.")
