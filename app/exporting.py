@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from engine.service.transcript_cli import RENDER, write_atomically
@@ -19,3 +20,11 @@ def export_to(store: Store, conversation_id: int | None, fmt: str, path: Path) -
     for cid in ids:
         write_atomically(path / f"conversation-{cid}.{fmt}", RENDER[fmt](store, cid))
     return len(ids)
+
+
+def file_name(title: str, limit: int = 80) -> str:
+    """A conversation's title as a file name: characters no file system takes replaced, Markdown
+    marks dropped, at most ``limit`` characters ("What is `ls`? / notes" -> "What is ls - notes")."""
+    name = re.sub(r'[\\/:*?"<>|\x00-\x1f]+', " - ", re.sub(r"[`*_#~]", "", title))
+    name = re.sub(r"(?:\s*-\s*){2,}", " - ", " ".join(name.split())).strip(" .-")
+    return name[:limit].rstrip(" .-")

@@ -6,7 +6,7 @@ import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from PySide6.QtCore import QByteArray, QTimer
+from PySide6.QtCore import QByteArray, QStandardPaths, QTimer
 from PySide6.QtGui import QAction, QCloseEvent, QKeySequence, QTextCursor
 from PySide6.QtWidgets import (
     QFileDialog,
@@ -25,6 +25,7 @@ from PySide6.QtWidgets import (
 
 from app.chat_view import ChatView, Composer
 from app.controller import ChatController
+from app.exporting import file_name
 from app.preferences import Preferences, save_preferences
 from app.server_menu import ServerMenu
 from app.settings_dialog import SettingsDialog
@@ -470,25 +471,37 @@ class MainWindow(QMainWindow):
     def export_current(self) -> None:
         if self.current is None:
             return
+        name = file_name(self.title.text() if self.title.text() != "New conversation" else "") or "conversation"
         path, chosen = QFileDialog.getSaveFileName(
-            self, "Export Conversation", f"conversation-{self.current}.md",
+            self, "Export Conversation", str(self._export_dir() / f"{name}.md"),
             "Markdown (*.md);;JSON (*.json);;HTML (*.html)")
         if path:
             fmt = {"JSON (*.json)": "json", "HTML (*.html)": "html"}.get(chosen, Path(path).suffix.lstrip(".") or "md")
             self._export(self.current, fmt if fmt in ("md", "json", "html") else "md", Path(path))
 
     def export_all(self) -> None:
-        folder = QFileDialog.getExistingDirectory(self, "Export All Conversations (JSON)")
+        folder = QFileDialog.getExistingDirectory(self, "Export All Conversations (JSON)", str(self._export_dir()))
         if folder:
             self._export(None, "json", Path(folder))
+
+    def _export_dir(self) -> Path:
+        """Where an export starts: the last export's folder, else Documents (else home)."""
+        last = Path(self.prefs.export_dir) if self.prefs.export_dir else None
+        if last is not None and last.is_dir():
+            return last
+        docs = QStandardPaths.writableLocation(QStandardPaths.StandardLocation.DocumentsLocation)
+        return Path(docs) if docs and Path(docs).is_dir() else Path.home()
 
     def _export(self, conversation_id: int | None, fmt: str, path: Path) -> None:
         from app.exporting import export_to
 
-        self.controller.store_call(
-            lambda store: export_to(store, conversation_id, fmt, path),
-            lambda n: self.statusBar().showMessage(f"Exported {n} conversation{'s' if n != 1 else ''} to {path}", 8000),
-            lambda exc: QMessageBox.warning(self, "Export failed", str(exc)))
+        def exported(n: int) -> None:
+            self.statusBar().showMessage(f"Exported {n} conversation{'s' if n != 1 else ''} to {path}", 8000)
+            self.prefs.export_dir = str(path if conversation_id is None else path.parent)
+            self._save_prefs()
+
+        self.controller.store_call(lambda store: export_to(store, conversation_id, fmt, path), exported,
+                                   lambda exc: QMessageBox.warning(self, "Export failed", str(exc)))
 
     def open_settings(self) -> None:
         dialog = SettingsDialog(self.prefs, self)

@@ -36,6 +36,7 @@ from PySide6.QtGui import (
 from PySide6.QtWidgets import QFrame, QSizePolicy, QTextBrowser, QWidget
 
 from app.theme import ORIGIN_LABELS, code_background, code_font, is_dark, origin_background
+from engine.store.markdown_text import with_line_breaks
 
 MARKDOWN_FEATURES = (
     QTextDocument.MarkdownFeature.MarkdownDialectGitHub | QTextDocument.MarkdownFeature.MarkdownNoHTML
@@ -53,31 +54,6 @@ def open_link(url: QUrl) -> bool:
     if url.scheme().lower() not in LINK_SCHEMES:
         return False
     return QDesktopServices.openUrl(url)
-
-
-def with_line_breaks(text: str) -> str:
-    """Markdown where each single line break of ``text`` stays a line break, as people mean it in a
-    chat (a poem, an address), where CommonMark would join the lines into one paragraph: a line
-    followed by another non-blank line gets a hard break (two trailing spaces). Fenced code and
-    table rows are left as they are.
-
-    Worked example: "Roses\nViolets\n\nNew paragraph" becomes "Roses  \nViolets\n\nNew paragraph".
-    """
-    lines = text.split("\n")
-    fence = ""
-    for i, line in enumerate(lines[:-1]):
-        bare = line.strip()
-        if fence:
-            if bare.startswith(fence):
-                fence = ""
-            continue
-        if bare.startswith(("```", "~~~")):
-            fence = bare[:3]
-            continue
-        following = lines[i + 1].strip()
-        if bare and following and "|" not in line and not line.endswith(("  ", "\\")):
-            lines[i] = line + "  "
-    return "\n".join(lines)
 
 
 @lru_cache(maxsize=64)

@@ -55,6 +55,7 @@ class Preferences:
     data_dir: str | None = None  # None: engine.store.paths decides ($LANES_DATA_DIR or the platform's)
     show_origins: bool = False
     window_geometry: str | None = None  # base64 of the window's saveGeometry(), opaque here
+    export_dir: str | None = None  # the folder of the last export: the next one starts there
 
     def reply_settings(self) -> ReplySettings:
         """The engine's settings for a new reply ("family" leaves own copy rates to the model family)."""

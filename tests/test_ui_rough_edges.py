@@ -13,9 +13,10 @@ from PySide6.QtWidgets import QApplication
 from app.compare_pane import ComparePane
 from app.controller import ChatController
 from app.main_window import LOADING, READY, MainWindow
-from app.message_view import MessageView, with_line_breaks
+from app.message_view import MessageView
 from app.preferences import Preferences
 from app.sidebar import SnippetRole, WhenRole
+from engine.store.markdown_text import with_line_breaks
 from engine.store.render import stats_explained, stats_summary
 from engine.store.store import Store
 from tests.fake_engine import INFO, FakeEngine
@@ -283,3 +284,34 @@ def test_a_reply_that_left_out_earliest_messages_says_so_under_it() -> None:
     stats = {"generated": 10, "seconds": 1.0, "reason": "eos", "left_out": 12}
     assert stats_summary(stats, None) == "10 tokens · 10.0 tok/s · 12 earliest messages left out"
     assert "saw the system prompt and the newest messages only" in stats_explained(stats, None)
+
+
+def test_export_is_named_after_the_title_starts_in_the_last_folder_and_renders_markdown(
+        qtbot, make_window, tmp_path: Path, monkeypatch) -> None:
+    from PySide6.QtWidgets import QFileDialog
+
+    w = make_window()
+    qtbot.waitUntil(lambda: w.send_button.isEnabled())
+    w.send("Plan: `ls` | a\n\n| a | b |\n|---|---|\n| 1 | 2 |\n\n```python\nprint('<b>')\n```\nRoses\nViolets")
+    wait_reply_saved(qtbot, w)
+    qtbot.waitUntil(lambda: w.title.text().startswith("Plan"))
+    asked: list[str] = []
+    out = tmp_path / "exports"
+    out.mkdir()
+
+    def save_as(_parent, _caption, suggested, _filters):
+        asked.append(suggested)
+        return str(out / "chat.html"), "HTML (*.html)"
+
+    monkeypatch.setattr(QFileDialog, "getSaveFileName", save_as)
+    w.export_current()
+    qtbot.waitUntil((out / "chat.html").exists)
+    assert Path(asked[0]).name == "Plan - ls - a.md"  # the title, as a file name
+    qtbot.waitUntil(lambda: w.prefs.export_dir == str(out))
+    w.export_current()
+    assert Path(asked[1]).parent == out  # the folder is remembered
+    page = (out / "chat.html").read_text()
+    assert "<table>" in page and "<td>1</td>" in page  # Markdown rendered, as in the window
+    assert "&lt;b&gt;" in page and "<b>" not in page  # code escaped (and coloured)
+    assert "Roses<br />" in page  # a single line break stays one
+    assert "own_copy_rates=model default" in page and "null" not in page

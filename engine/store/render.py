@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from engine.store.markdown_text import to_html
 from engine.store.store import Store
 from engine.store.transcript import conversation_to_json
 
@@ -157,8 +158,10 @@ def _meta(conv: Mapping[str, Any]) -> list[str]:
 
 
 def _settings(settings: Mapping[str, Any]) -> str:
+    """The reply settings in words ("max_tokens=512, own_copy_rates=model default"): None is the default."""
     return "Settings: " + ", ".join(
-        f"{k}={v if isinstance(v, str) else json.dumps(v)}" for k, v in sorted(settings.items()))
+        f"{k}={'model default' if v is None else v if isinstance(v, str) else json.dumps(v)}"
+        for k, v in sorted(settings.items()))
 
 
 # -- comparisons: the seed's A/B table (engine/service/compare.py), from the JSON document's runs --------
@@ -290,7 +293,14 @@ h2 { font-size: 1.15rem; margin: 2.5rem 0 .5rem; }
 .msg { border-top: 1px solid var(--line); padding: 1rem 0; }
 .msg h3 { font-size: .78rem; letter-spacing: .06em; text-transform: uppercase; color: var(--muted);
   margin: 0 0 .4rem; }
-.text { white-space: pre-wrap; overflow-wrap: anywhere; margin: 0; }
+.text { overflow-wrap: anywhere; margin: 0; }
+.text > :first-child { margin-top: 0; } .text > :last-child { margin-bottom: 0; }
+.text pre { background: var(--user); border-radius: 8px; padding: .6rem .85rem; overflow-x: auto;
+  font: 14px/1.45 ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; white-space: pre; }
+.text code { font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; font-size: .92em; }
+.text table { border-collapse: collapse; margin: .6rem 0; }
+.text th, .text td { border: 1px solid var(--line); padding: .25rem .6rem; text-align: left; }
+.system .text { white-space: pre-wrap; }
 .user .text, .system .text { background: var(--user); border-radius: 10px; padding: .6rem .85rem; }
 .mark { color: var(--warn); font-weight: 600; text-transform: none; letter-spacing: 0; }
 .error { color: var(--err); margin: .4rem 0 0; white-space: pre-wrap; }
@@ -323,7 +333,7 @@ def conversation_to_html(store: Store, conversation_id: int) -> str:
         mark = _STATUS_MARK.get(r["status"])
         out.append(f'<section class="msg {e(cls)}"><h3>{e(heading)}'
                    + (f' <span class="mark">({e(mark)})</span>' if mark else "") + "</h3>"
-                   + (f'<div class="text">{e(r["content"])}</div>' if r["content"] or not r["error"] else ""))
+                   + (f'<div class="text">{to_html(r["content"])}</div>' if r["content"] or not r["error"] else ""))
         if r["error"]:
             out.append(f'<p class="error">Error: {e(r["error"])}</p>')
         line = stats_line(r["stats"], r["origins"])
