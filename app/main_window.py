@@ -11,7 +11,6 @@ from PySide6.QtGui import QAction, QCloseEvent, QKeySequence, QTextCursor
 from PySide6.QtWidgets import (
     QFileDialog,
     QHBoxLayout,
-    QInputDialog,
     QLabel,
     QMainWindow,
     QMenu,
@@ -25,6 +24,7 @@ from PySide6.QtWidgets import (
 
 from app.chat_view import ChatView, Composer
 from app.controller import ChatController
+from app.edit_dialog import EditDialog
 from app.exporting import file_name
 from app.preferences import Preferences, save_preferences
 from app.server_menu import ServerMenu
@@ -46,6 +46,7 @@ class MainWindow(QMainWindow):
         self.prefs_path = prefs_path
         self.current: int | None = None
         self._queued: str | None = None  # a message sent while the model loaded: sent once it is ready
+        self.edit_dialog: EditDialog | None = None
         self._drafts: dict[int | None, str] = {}  # unsent text of the conversations not shown (None: a new one)
         self._load_started = time.monotonic()
         self.setWindowTitle("Lanes")
@@ -368,9 +369,13 @@ class MainWindow(QMainWindow):
         last = next((w.message for w in reversed(self.chat.widgets) if w.message.role == "user"), None)
         if last is None:
             return
-        text, ok = QInputDialog.getMultiLineText(self, "Edit Last Message", "Message:", last.content)
-        if ok and text.strip():
-            self.controller.edit_last(self.current, text, self.prefs.reply_settings())
+        dialog = EditDialog(last.content, self)
+        self.edit_dialog = dialog  # the open one, for tests and accessibility tools
+        try:
+            if dialog.exec() and dialog.text().strip():
+                self.controller.edit_last(self.current, dialog.text(), self.prefs.reply_settings())
+        finally:
+            self.edit_dialog = None
 
     def _reply_started(self, conversation_id: int) -> None:
         if conversation_id != self.current:

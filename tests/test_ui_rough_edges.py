@@ -315,3 +315,24 @@ def test_export_is_named_after_the_title_starts_in_the_last_folder_and_renders_m
     assert "&lt;b&gt;" in page and "<b>" not in page  # code escaped (and coloured)
     assert "Roses<br />" in page  # a single line break stays one
     assert "own_copy_rates=model default" in page and "null" not in page
+
+
+def test_edit_last_message_is_confirmed_from_the_keyboard(qtbot, make_window) -> None:
+    from PySide6.QtCore import QTimer
+
+    w = make_window()
+    qtbot.waitUntil(lambda: w.send_button.isEnabled())
+    w.send("one")
+    wait_reply_saved(qtbot, w)
+
+    def type_and_send() -> None:
+        dialog = w.edit_dialog
+        assert dialog is not None and dialog.text() == "one"
+        qtbot.keyClick(dialog.editor, Qt.Key.Key_Return)  # a new line, as in the composer with Shift
+        qtbot.keyClicks(dialog.editor, "two")
+        qtbot.keyClick(dialog.editor, Qt.Key.Key_Return, Qt.KeyboardModifier.ControlModifier)
+
+    QTimer.singleShot(100, type_and_send)
+    qtbot.keyClick(w, Qt.Key.Key_R, Qt.KeyboardModifier.ControlModifier | Qt.KeyboardModifier.ShiftModifier)
+    qtbot.waitUntil(lambda: (m := last_reply(w)) is not None and m.content == "Echo: one\ntwo"
+                    and m.status == "complete", timeout=15000)
