@@ -18,8 +18,10 @@ from pygments.util import ClassNotFound
 from PySide6.QtCore import QEvent, QSize, Qt, QUrl
 from PySide6.QtGui import (
     QColor,
+    QCursor,
     QDesktopServices,
     QFont,
+    QGuiApplication,
     QImage,
     QKeyEvent,
     QResizeEvent,
@@ -33,7 +35,7 @@ from PySide6.QtGui import (
     QTextOption,
     QWheelEvent,
 )
-from PySide6.QtWidgets import QFrame, QSizePolicy, QTextBrowser, QWidget
+from PySide6.QtWidgets import QFrame, QSizePolicy, QTextBrowser, QToolTip, QWidget
 
 from app.theme import ORIGIN_LABELS, code_background, code_font, is_dark, origin_background
 from engine.store.markdown_text import with_line_breaks
@@ -42,6 +44,7 @@ MARKDOWN_FEATURES = (
     QTextDocument.MarkdownFeature.MarkdownDialectGitHub | QTextDocument.MarkdownFeature.MarkdownNoHTML
 )
 LINK_SCHEMES = frozenset({"http", "https", "mailto"})
+COPY_SCHEME = "lanes-copy"  # a code block's Copy link
 _PYGMENTS_STYLES = {False: "default", True: "monokai"}  # light, dark
 _LANGUAGE = QTextFormat.Property.BlockCodeLanguage
 _FENCE = QTextFormat.Property.BlockCodeFence
@@ -201,7 +204,8 @@ class MessageView(QTextBrowser):
         # openLinks must be off too: with it on, QTextBrowser "navigates" to the link and drops the message.
         self.setOpenLinks(False)
         self.setOpenExternalLinks(False)
-        self.anchorClicked.connect(open_link)
+        self.anchorClicked.connect(self._clicked)
+        self.code_blocks: list[str] = []  # each code block's text, for its Copy link
         document.documentLayout().documentSizeChanged.connect(self._fit_height)
         self.setAccessibleName("Message text")
         self.setAccessibleDescription("The text of one chat message; select it to copy part of it")
@@ -269,6 +273,7 @@ class MessageView(QTextBrowser):
                 if self._spans is None:
                     document.setMarkdown(with_line_breaks(self._source), MARKDOWN_FEATURES)
                     has_code = _style_code_blocks(document, self._dark)
+                    self.code_blocks = _label_code_blocks(document) if has_code else []
                 else:
                     _insert_spans(document, self._spans, self._dark)
                     has_code = False
@@ -276,6 +281,15 @@ class MessageView(QTextBrowser):
                 self._highlighter.suspended = False
             if has_code:
                 self._highlighter.rehighlight()
+
+    def _clicked(self, url: QUrl) -> None:
+        if url.scheme() == COPY_SCHEME:  # a code block's Copy link
+            i = int(url.path() or -1)
+            if 0 <= i < len(self.code_blocks):
+                QGuiApplication.clipboard().setText(self.code_blocks[i])
+                QToolTip.showText(QCursor.pos(), "Copied", self)
+            return
+        open_link(url)
 
     @contextmanager
     def _view_kept(self) -> Iterator[None]:
@@ -335,6 +349,44 @@ def _style_code_blocks(document: QTextDocument, dark: bool) -> bool:
     if found:
         cursor.endEditBlock()
     return found
+
+
+def _label_code_blocks(document: QTextDocument) -> list[str]:
+    """Put a line above each code block with its language and a Copy link (``lanes-copy:N``); returns
+    each block's text, N in order. A block is a run of lines with the same fence."""
+    blocks: list[tuple[int, str, list[str]]] = []  # (first line's block number, language, lines)
+    block, previous = document.begin(), None
+    while block.isValid():
+        fmt = block.blockFormat()
+        if fmt.hasProperty(_LANGUAGE):
+            language = str(fmt.property(_LANGUAGE) or "")
+            if previous is not None and previous.blockFormat().hasProperty(_LANGUAGE) and blocks \
+                    and blocks[-1][1] == language:
+                blocks[-1][2].append(block.text())
+            else:
+                blocks.append((block.blockNumber(), language, [block.text()]))
+        previous, block = block, block.next()
+    cursor = QTextCursor(document)
+    cursor.beginEditBlock()
+    header = QTextBlockFormat()
+    header.setTopMargin(6)
+    for i, (number, language, _lines) in reversed(list(enumerate(blocks))):
+        code = document.findBlockByNumber(number)
+        cursor.setPosition(code.position())
+        cursor.insertBlock(code.blockFormat(), code.charFormat())  # the code moves down a line, unchanged
+        cursor.movePosition(QTextCursor.MoveOperation.PreviousBlock)
+        cursor.setBlockFormat(header)
+        label = QTextCharFormat()
+        label.setFontPointSize(max(7.0, code.charFormat().font().pointSizeF() * 0.85))
+        label.setForeground(QColor(128, 128, 128))
+        cursor.insertText(f"{language or 'code'}   ", label)
+        link = QTextCharFormat(label)
+        link.setAnchor(True)
+        link.setAnchorHref(f"{COPY_SCHEME}:{i}")
+        link.setToolTip("Copy this code")
+        cursor.insertText("Copy", link)
+    cursor.endEditBlock()
+    return ["\n".join(lines) for _n, _l, lines in blocks]
 
 
 def _insert_spans(document: QTextDocument, spans: list[tuple[str, str]], dark: bool) -> None:

@@ -7,13 +7,13 @@ Each tint keeps a WCAG contrast of at least 7:1 with black text (light) or white
 
 from __future__ import annotations
 
-from PySide6.QtCore import QRectF, QSize, Qt
-from PySide6.QtGui import QColor, QFont, QFontDatabase, QPainter, QPaintEvent, QPalette
+from PySide6.QtCore import QEvent
+from PySide6.QtGui import QColor, QFont, QFontDatabase, QPalette
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QWidget
 
 ORIGINS = ("model", "context", "recall")
 ORIGIN_LABELS = {
-    "model": "Model",
+    "model": "Written by the model",
     "context": "Copied from this conversation",
     "recall": "Recalled from another conversation",
 }
@@ -46,46 +46,36 @@ def code_font() -> QFont:
     return QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont)
 
 
-class OriginSwatch(QWidget):
-    """A small square in an origin's tint; an empty outlined square for model text, which has none."""
-
-    def __init__(self, origin: str, parent: QWidget | None = None) -> None:
-        super().__init__(parent)
-        self.origin = origin
-        side = self.fontMetrics().height() - 2
-        self.setFixedSize(QSize(side, side))
-        label = ORIGIN_LABELS.get(origin, origin)
-        self.setAccessibleName(f"{label} colour")
-        self.setAccessibleDescription(
-            "No highlight"
-            if origin_background(origin, False) is None
-            else "Text with this background came from here"
-        )
-        self.setToolTip(label)
-
-    def paintEvent(self, event: QPaintEvent) -> None:
-        painter = QPainter(self)
-        painter.setRenderHint(QPainter.RenderHint.Antialiasing)
-        fill = origin_background(self.origin, is_dark(self))
-        painter.setPen(self.palette().color(QPalette.ColorRole.Mid))
-        painter.setBrush(fill if fill is not None else Qt.BrushStyle.NoBrush)
-        painter.drawRoundedRect(QRectF(self.rect()).adjusted(0.5, 0.5, -0.5, -0.5), 3, 3)
-
-
 class OriginLegend(QWidget):
-    """Explains the origin tints; shown above the chat while colouring by origin is on."""
+    """Explains the origin tints, shown above the chat while colouring by origin is on: each origin's
+    name drawn as text of that origin is drawn (a tinted label, like the copied text itself; the
+    model's own words plain), so nothing in it looks like a control."""
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setAccessibleName("Text origin colours")
         layout = QHBoxLayout(self)
         layout.setContentsMargins(4, 2, 4, 2)
+        self.labels: dict[str, QLabel] = {}
         for origin in ORIGINS:
-            swatch = OriginSwatch(origin, self)
-            text = QLabel(ORIGIN_LABELS[origin], self)
-            text.setAccessibleName(ORIGIN_LABELS[origin])
-            text.setBuddy(swatch)
-            layout.addWidget(swatch)
-            layout.addWidget(text)
-            layout.addSpacing(12)
+            label = QLabel(ORIGIN_LABELS[origin], self)
+            label.setAccessibleName(ORIGIN_LABELS[origin])
+            label.setAccessibleDescription("No highlight: the model's own words" if origin_background(origin, False)
+                                           is None else "Text with this background came from here")
+            self.labels[origin] = label
+            layout.addWidget(label)
+            layout.addSpacing(6)
         layout.addStretch(1)
+        self._tint()
+
+    def _tint(self) -> None:
+        dark = is_dark(self)
+        for origin, label in self.labels.items():
+            fill = origin_background(origin, dark)
+            label.setStyleSheet("padding: 1px 6px; border-radius: 4px;"
+                                + (f" background: {fill.name()};" if fill is not None else ""))
+
+    def changeEvent(self, event: QEvent) -> None:
+        super().changeEvent(event)
+        if event.type() in (QEvent.Type.PaletteChange, QEvent.Type.ApplicationPaletteChange):
+            self._tint()

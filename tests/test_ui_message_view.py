@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from PySide6.QtCore import QObject, Qt, QUrl, Slot
+from PySide6.QtCore import QObject, QPoint, Qt, QUrl, Slot
 from PySide6.QtGui import (
     QColor,
     QDesktopServices,
@@ -25,7 +25,6 @@ from app.message_view import MessageView
 from app.theme import (
     ORIGIN_LABELS,
     OriginLegend,
-    OriginSwatch,
     code_background,
     code_font,
     origin_background,
@@ -301,20 +300,21 @@ def test_model_text_has_no_tint_and_the_two_tints_differ() -> None:
         assert origin_background("context", dark) != origin_background("recall", dark)
 
 
-def test_legend_shows_three_labelled_swatches(qtbot) -> None:
+def test_legend_shows_each_origin_as_its_tinted_text(qtbot) -> None:
     legend = OriginLegend()
     qtbot.addWidget(legend)
     legend.show()
     qtbot.waitExposed(legend)
-    swatches = legend.findChildren(OriginSwatch)
-    assert [s.origin for s in swatches] == ["model", "context", "recall"]
-    assert all(s.accessibleName() and s.isVisible() for s in swatches)
-    labels = [label.text() for label in legend.findChildren(QLabel)]
-    assert labels == list(ORIGIN_LABELS.values())
+    labels = legend.findChildren(QLabel)
+    assert [label.text() for label in labels] == list(ORIGIN_LABELS.values())
+    assert all(label.accessibleName() and label.isVisible() for label in labels)
     assert legend.accessibleName()
     picture = legend.grab().toImage()
-    context = swatches[1].geometry().center()
-    assert picture.pixelColor(context * picture.devicePixelRatio()) == origin_background("context", False)
+    for origin in ("context", "recall"):
+        corner = legend.labels[origin].geometry().topLeft() + QPoint(3, 3)  # inside the label, off its text
+        assert picture.pixelColor(corner * picture.devicePixelRatio()) == origin_background(origin, False)
+    model = legend.labels["model"].geometry().topLeft() + QPoint(3, 3)
+    assert picture.pixelColor(model * picture.devicePixelRatio()) == legend.palette().color(QPalette.ColorRole.Window)
 
 
 def test_a_yaml_block_with_token_types_the_style_does_not_list_renders(qtbot) -> None:

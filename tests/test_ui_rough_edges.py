@@ -336,3 +336,19 @@ def test_edit_last_message_is_confirmed_from_the_keyboard(qtbot, make_window) ->
     qtbot.keyClick(w, Qt.Key.Key_R, Qt.KeyboardModifier.ControlModifier | Qt.KeyboardModifier.ShiftModifier)
     qtbot.waitUntil(lambda: (m := last_reply(w)) is not None and m.content == "Echo: one\ntwo"
                     and m.status == "complete", timeout=15000)
+
+
+def test_code_blocks_get_a_language_label_and_a_copy_link(qtbot) -> None:
+    from PySide6.QtCore import QUrl
+
+    view = MessageView()
+    qtbot.addWidget(view)
+    view.set_markdown("Run this:\n\n```python\nprint('hi')\nx = 2\n```\n\nthen\n\n```\nls -l\n```")
+    lines = view.document().toPlainText().split("\n")
+    assert lines[:4] == ["Run this:", "python   Copy", "print('hi')", "x = 2"]
+    assert "code   Copy" in lines and view.code_blocks == ["print('hi')\nx = 2", "ls -l"]
+    assert view.plain_text().startswith("Run this:")  # Copy of the whole message gives the source
+    view.anchorClicked.emit(QUrl("lanes-copy:0"))
+    assert QApplication.clipboard().text() == "print('hi')\nx = 2"
+    view.anchorClicked.emit(QUrl("lanes-copy:1"))
+    assert QApplication.clipboard().text() == "ls -l"
