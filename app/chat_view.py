@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtGui import QGuiApplication, QKeyEvent, QResizeEvent
@@ -30,6 +30,7 @@ class MessageWidget(QFrame):
     """One message: who, the text, and for replies the statistics, Copy and (on error) Retry."""
 
     retryRequested = Signal()
+    continueRequested = Signal()
 
     def __init__(self, message: Message, spans_for: Callable[[Message], list[tuple[str, str]]],
                  show_origins: bool) -> None:
@@ -55,9 +56,15 @@ class MessageWidget(QFrame):
         self.retry_button = QPushButton("Retry")
         self.retry_button.setAccessibleName("Retry this reply")
         self.retry_button.clicked.connect(self.retryRequested)
+        self.continue_button = QPushButton("Continue")
+        self.continue_button.setAccessibleName("Continue this reply")
+        self.continue_button.setToolTip("Carry on writing this reply where it stopped")
+        self.continue_button.clicked.connect(self.continueRequested)
+        self.is_last = False  # the conversation's last message: only that one can be continued
         head = QHBoxLayout()
         head.addWidget(self.who)
         head.addStretch(1)
+        head.addWidget(self.continue_button)
         head.addWidget(self.retry_button)
         head.addWidget(self.copy_button)
         layout = QVBoxLayout(self)
@@ -82,6 +89,19 @@ class MessageWidget(QFrame):
         self.stats.setText(text)
         self.stats.setVisible(bool(text))
         self.retry_button.setVisible(message.status == "error")
+        self.continue_button.setVisible(self.is_last and self.can_continue)
+
+    @property
+    def can_continue(self) -> bool:
+        """A reply with text that stopped before its end: the length limit, Stop, or a quit."""
+        m = self.message
+        reason = m.stats.get("reason") if isinstance(m.stats, Mapping) else None
+        return m.role == "assistant" and bool(m.content) and (
+            m.status in ("partial", "cancelled") or (m.status == "complete" and reason == "length"))
+
+    def set_last(self, last: bool) -> None:
+        self.is_last = last
+        self.continue_button.setVisible(last and self.can_continue)
 
     def set_live(self, text: str, spans: list[tuple[str, str]]) -> None:
         """The streamed text so far (the message is still partial)."""
@@ -91,6 +111,7 @@ class MessageWidget(QFrame):
             self.view.set_markdown(text)
         self.stats.setText("generating…")
         self.stats.setVisible(True)
+        self.continue_button.setVisible(False)
 
     def set_reading(self, done: int, total: int) -> None:
         """The model is still reading the conversation (a long prompt): how far, before any text."""
@@ -120,6 +141,7 @@ class ChatView(QScrollArea):
     """The messages of one conversation, newest at the bottom; follows the stream when at the bottom."""
 
     retryRequested = Signal()
+    continueRequested = Signal()
 
     def __init__(self) -> None:
         super().__init__()
@@ -183,8 +205,12 @@ class ChatView(QScrollArea):
         w = MessageWidget(message, self.spans_for, self.show_origins)
         w.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Maximum)
         w.retryRequested.connect(self.retryRequested)
+        w.continueRequested.connect(self.continueRequested)
         self.column.insertWidget(self.column.count() - 1, w)
+        if self.widgets:
+            self.widgets[-1].set_last(False)
         self.widgets.append(w)
+        w.set_last(True)
         return w
 
     def widget_for(self, message_id: int) -> MessageWidget | None:

@@ -281,11 +281,17 @@ class ChatController(QObject):
         """Change the last user message and answer it again."""
         self._start(conversation_id, text, settings, resend=True)
 
-    def _start(self, conversation_id: int, text: str | None, settings: ReplySettings, resend: bool) -> None:
+    def continue_reply(self, conversation_id: int, settings: ReplySettings) -> None:
+        """Carry on writing the last reply where it stopped (the length limit, Stop, or a quit)."""
+        self._start(conversation_id, None, settings, resend=False, continue_last=True)
+
+    def _start(self, conversation_id: int, text: str | None, settings: ReplySettings, resend: bool,
+               continue_last: bool = False) -> None:
         if conversation_id in self._tasks:
             return  # one reply at a time per conversation
         self.live[conversation_id] = LiveReply(conversation_id)
-        task = self.service.start_reply(conversation_id, text, settings, self._serviceEvent.emit, resend=resend)
+        task = self.service.start_reply(conversation_id, text, settings, self._serviceEvent.emit, resend=resend,
+                                        continue_last=continue_last)
         self._tasks[conversation_id] = task
         self.when_done(task.done, lambda _m: None, lambda exc: self._failed_to_run(conversation_id, exc))
         self.generatingChanged.emit(self.generating())
@@ -307,6 +313,8 @@ class ChatController(QObject):
         if isinstance(ev, ReplyBegun):
             live = self.live.setdefault(ev.conversation_id, LiveReply(ev.conversation_id))
             live.message_id, live.user_message = ev.message_id, ev.user_message
+            if ev.text:  # a continued reply: it grows from its earlier text
+                live.text, live.spans = ev.text, [(ev.text, "model")]
             self.replyStarted.emit(ev.conversation_id)
             self.conversationsChanged.emit()
         elif isinstance(ev, Tokens):

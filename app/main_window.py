@@ -164,6 +164,7 @@ class MainWindow(QMainWindow):
         self.stop_action = self._action("&Conversation", "Stop Reply", self.stop, "Esc")
         self.regenerate_action = self._action("&Conversation", "Regenerate Last Reply", self.regenerate, "Ctrl+R")
         self._action("&Conversation", "Edit Last Message…", self.edit_last, "Ctrl+Shift+R")
+        self.continue_action = self._action("&Conversation", "Continue Reply", self.continue_reply, "Ctrl+Shift+Return")
         self._action("&Conversation", "Rename…", lambda: self.current and self.sidebar.rename(self.current), "F2")
         self._action("&Conversation", "Delete…", self.sidebar.delete_current)
         self.compare_action = self._action("&Conversation", "Compare Own Copy Rates…", self.open_compare,
@@ -196,6 +197,7 @@ class MainWindow(QMainWindow):
         self.send_button.clicked.connect(lambda: self.send(self.composer.toPlainText()))
         self.stop_button.clicked.connect(self.stop)
         self.chat.retryRequested.connect(self.regenerate)
+        self.chat.continueRequested.connect(self.continue_reply)
 
     # -- model -----------------------------------------------------------------------------------
     def _tick_loading(self) -> None:
@@ -362,6 +364,12 @@ class MainWindow(QMainWindow):
     def regenerate(self) -> None:
         if self.current is not None and self.controller.info is not None:
             self.controller.regenerate(self.current, self.prefs.reply_settings())
+
+    def continue_reply(self) -> None:
+        last = self.chat.widgets[-1] if self.chat.widgets else None
+        if self.current is None or self.controller.info is None or last is None or not last.can_continue:
+            return
+        self.controller.continue_reply(self.current, self.prefs.reply_settings())
 
     def edit_last(self) -> None:
         if self.current is None or self.controller.info is None:

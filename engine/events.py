@@ -63,6 +63,7 @@ class Request:
     prefix_cache: bool = False
     tools: tuple[Mapping[str, Any], ...] = ()
     fit_context: bool = False  # a chat too long for the context leaves out its earliest turns, not fails
+    continue_final: bool = False  # the last message is the assistant's, cut short: carry on writing it
     id: str = field(default_factory=new_request_id)
 
 

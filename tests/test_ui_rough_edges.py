@@ -352,3 +352,25 @@ def test_code_blocks_get_a_language_label_and_a_copy_link(qtbot) -> None:
     assert QApplication.clipboard().text() == "print('hi')\nx = 2"
     view.anchorClicked.emit(QUrl("lanes-copy:1"))
     assert QApplication.clipboard().text() == "ls -l"
+
+
+def test_a_stopped_reply_offers_continue_which_grows_the_same_message(qtbot, make_window, tmp_path: Path) -> None:
+    w = make_window()
+    qtbot.waitUntil(lambda: w.send_button.isEnabled())
+    w.send("SLOW story")
+    qtbot.waitUntil(lambda: len(w.chat.widgets) == 2 and bool(w.chat.widgets[-1].view.plain_text()))
+    w.stop_action.trigger()
+    wait_reply_saved(qtbot, w, status="cancelled")
+    reply = w.chat.widgets[-1]
+    assert reply.continue_button.isVisible() and not w.chat.widgets[0].continue_button.isVisible()
+    before = reply.message
+    qtbot.mouseClick(reply.continue_button, Qt.MouseButton.LeftButton)
+    wait_reply_saved(qtbot, w)
+    with Store(tmp_path / "lanes.db") as store:
+        stored = store.messages(w.current)
+    assert [m.id for m in stored] == [stored[0].id, before.id]  # the same reply, grown
+    assert stored[1].content.startswith(before.content) and len(stored[1].content) > len(before.content)
+    assert stored[1].status == "complete" and not w.chat.widgets[-1].continue_button.isVisible()
+    w.send("next question")  # once another message follows, the earlier reply is not the one to continue
+    wait_reply_saved(qtbot, w)
+    assert not any(x.continue_button.isVisible() for x in w.chat.widgets)

@@ -45,25 +45,28 @@ def fold_system(messages: Sequence[Message]) -> list[Message]:
     return [{"role": "user", "content": system}, *rest]
 
 
-def plain(messages: Sequence[Message]) -> str:
-    """A conversation as plain labelled lines, ending where the assistant speaks next."""
+def plain(messages: Sequence[Message], continue_final: bool = False) -> str:
+    """A conversation as plain labelled lines, ending where the assistant speaks next (or, with
+    ``continue_final``, inside its last message)."""
     names = {"system": "System", "user": "User", "assistant": "Assistant", "tool": "Tool"}
     lines = [f"{names.get(m['role'], m['role'].title())}: {m['content']}" for m in messages]
-    return "\n\n".join([*lines, "Assistant:"])
+    return "\n\n".join(lines if continue_final else [*lines, "Assistant:"])
 
 
 def render(tokenizer: TokenizerWrapper, messages: Sequence[Message],
-           tools: Sequence[Message] = ()) -> Rendered:
+           tools: Sequence[Message] = (), continue_final: bool = False) -> Rendered:
     """Prompt tokens for ``messages`` (and the ``tools`` a template may describe to the model)
-    ending where the assistant's reply starts."""
+    ending where the assistant's reply starts, or with ``continue_final`` where its last message
+    (the assistant's, cut short) ends, so the model carries on writing it."""
     if not tokenizer.has_chat_template:
-        return Rendered(list(tokenizer.encode(plain(messages))), PLAIN)
-    extra = {"tools": list(tools)} if tools else {}
+        return Rendered(list(tokenizer.encode(plain(messages, continue_final))), PLAIN)
+    extra: dict[str, Any] = {"tools": list(tools)} if tools else {}
+    extra.update({"continue_final_message": True, "add_generation_prompt": False} if continue_final
+                 else {"add_generation_prompt": True})
     try:
-        return Rendered(list(tokenizer.apply_chat_template(list(messages), add_generation_prompt=True, **extra)),
-                        None)
+        return Rendered(list(tokenizer.apply_chat_template(list(messages), **extra)), None)
     except TemplateError:
         if not any(m["role"] == "system" for m in messages):
             raise
-    tokens = tokenizer.apply_chat_template(fold_system(messages), add_generation_prompt=True, **extra)
+    tokens = tokenizer.apply_chat_template(fold_system(messages), **extra)
     return Rendered(list(tokens), FOLDED)

@@ -37,7 +37,7 @@ class Admission:
         if request.prompt_tokens is not None:
             rendered = Rendered(list(request.prompt_tokens), None)
         else:
-            rendered = render(self.loaded.tokenizer, request.messages, request.tools)
+            rendered = render(self.loaded.tokenizer, request.messages, request.tools, request.continue_final)
             room = min(request.max_tokens, limit // 4)  # a chat's reply keeps room to be written
             if request.fit_context and len(rendered.tokens) + room > limit:
                 rendered = self._fit(request, limit - room)
@@ -53,8 +53,11 @@ class Admission:
     def _fit(self, request: Request, budget: int) -> Rendered:
         """The chat with its earliest turns left out to fit ``budget`` tokens (engine.model.context_fit)."""
         tok = self.loaded.tokenizer
-        kept, left = fit_turns(request.messages, lambda ms: len(render(tok, ms, request.tools).tokens), budget)
-        rendered = render(tok, kept, request.tools)
+        def count(ms: list) -> int:
+            return len(render(tok, ms, request.tools, request.continue_final).tokens)
+
+        kept, left = fit_turns(request.messages, count, budget)
+        rendered = render(tok, kept, request.tools, request.continue_final)
         why = (f"the {left} earliest messages were left out: the conversation is longer than "
                f"{self.loaded.name}'s context of {self.loaded.context_length:,} tokens")
         return Rendered(rendered.tokens, "; ".join(filter(None, (rendered.notice, why))), left)

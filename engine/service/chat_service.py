@@ -71,6 +71,7 @@ class ReplyBegun:
     conversation_id: int
     user_message: Message
     message_id: int
+    text: str = ""  # the reply's text so far: a continued reply's earlier part
 
 
 @dataclass(frozen=True)
@@ -222,11 +223,14 @@ class ChatService:
         return self.store.submit(job)
 
     def start_reply(self, conversation_id: int, text: str | None, settings: ReplySettings,
-                    on_event: Callable[[ServiceEvent], None], resend: bool = False) -> ReplyTask:
+                    on_event: Callable[[ServiceEvent], None], resend: bool = False,
+                    continue_last: bool = False) -> ReplyTask:
         """Send ``text`` (or with ``resend``, answer the last user message again, edited to ``text`` if
-        given) on a new thread; every event goes to ``on_event`` on that thread."""
+        given; with ``continue_last``, carry on writing the last reply) on a new thread; every event
+        goes to ``on_event`` on that thread."""
         task = ReplyTask(conversation_id)
-        task.thread = threading.Thread(target=self._run_reply, args=(task, text, settings, on_event, resend),
+        how = "continue" if continue_last else "resend" if resend else "send"
+        task.thread = threading.Thread(target=self._run_reply, args=(task, text, settings, on_event, how),
                                        name=f"lanes-reply-{conversation_id}", daemon=True)
         with self._lock:
             self.tasks.add(task)
@@ -234,11 +238,13 @@ class ChatService:
         return task
 
     def _run_reply(self, task: ReplyTask, text: str | None, settings: ReplySettings,
-                   on_event: Callable[[ServiceEvent], None], resend: bool) -> None:
+                   on_event: Callable[[ServiceEvent], None], how: str) -> None:
         try:
             info = self._wait_for_model(task._cancel)
             session = ChatSession(self.db, self.engine, info.name)
-            if resend:
+            if how == "continue":
+                reply = session.continue_last(task.conversation_id, settings)
+            elif how == "resend":
                 reply = session.resend(task.conversation_id, text, settings)
             else:
                 assert text is not None
@@ -246,7 +252,7 @@ class ChatService:
             task._reply = reply
             if task._cancel.is_set():
                 reply.cancel(task._partial)
-            on_event(ReplyBegun(task.conversation_id, reply.user_message, reply.message_id))
+            on_event(ReplyBegun(task.conversation_id, reply.user_message, reply.message_id, reply.text))
             for event in reply.events():
                 on_event(event)
             saved = self.db.message(reply.message_id)

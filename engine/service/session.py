@@ -92,9 +92,12 @@ class Reply:
     _dirty: bool = False
     interrupted: bool = False
     saved: bool = False  # its end (text, status, statistics, copy history) is in the store
+    continues: Message | None = None  # the reply this one carries on (``ChatSession.continue_last``)
 
     def __post_init__(self) -> None:
         self._saved_at = self.clock()
+        if self.continues is not None:
+            self.text = self.continues.content
 
     def consume(self, event: Event) -> None:
         if isinstance(event, Tokens):
@@ -198,18 +201,33 @@ class ChatSession:
         history = request_messages(conv, messages[: users[-1]])
         return self._submit(conv, last, history, settings or ReplySettings())
 
+    def continue_last(self, conversation_id: int, settings: ReplySettings | None = None) -> Reply:
+        """Carry on writing the conversation's last reply where it stopped (the length limit, Stop,
+        or the app closing): its text so far goes to the model as the start of its answer, and what
+        comes next is added to the same message."""
+        conv = self.store.conversation(conversation_id)
+        messages = self.store.messages(conversation_id)
+        last = messages[-1] if messages else None
+        users = [m for m in messages if m.role == "user"]
+        if last is None or last.role != "assistant" or not last.content or last.status == "error" or not users:
+            raise LanesError(f"conversation {conversation_id} has no reply to continue")
+        self.store.update_message(last.id, status="partial")
+        return self._submit(conv, users[-1], request_messages(conv, messages[:-1]), settings or ReplySettings(),
+                            continues=last)
+
     def _submit(self, conv: Conversation, user: Message, history: list[dict[str, str]],
-                settings: ReplySettings) -> Reply:
-        assistant = self.store.add_message(conv.id, "assistant", "", status="partial")
+                settings: ReplySettings, continues: Message | None = None) -> Reply:
+        assistant = continues or self.store.add_message(conv.id, "assistant", "", status="partial")
         before = self.store.copy_history(conv.id)
+        tail = ({"role": "assistant", "content": continues.content},) if continues is not None else ()
         request = Request(
-            messages=(*history, {"role": "user", "content": user.content}),
+            messages=(*history, {"role": "user", "content": user.content}, *tail), continue_final=bool(tail),
             max_tokens=settings.max_tokens, temperature=settings.temperature, top_p=settings.top_p,
             own_copy_rates=settings.own_copy_rates, copy_history=before, conversation=conv.key,
             recall=self.store.recall_other_conversations, fit_context=True,
         )
         handle = self.engine.submit(request)
-        return Reply(self, conv, user, assistant.id, handle, settings, before)
+        return Reply(self, conv, user, assistant.id, handle, settings, before, continues=continues)
 
     def ask(self, conversation_id: int, text: str, settings: ReplySettings | None = None,
             on_event: Callable[[Event], None] | None = None) -> Message:
@@ -231,15 +249,22 @@ class ChatSession:
     # -- ends of a reply ---------------------------------------------------------
     def _finish(self, reply: Reply, done: Finished) -> None:
         reply.done = done
-        reply.text = done.text
+        before = reply.continues
+        reply.text = (before.content if before else "") + done.text
         status = "complete"
         if done.reason == "cancelled":
             status = "partial" if reply.interrupted else "cancelled"
+        stats = stats_dict(done.stats, done.reason, reply.settings, reply.copy_history_before)
+        tokens, origins = done.tokens, done.origins
+        if before is not None:  # the earlier part's tokens first, where they were kept for this model
+            old_tokens, old_origins = before.tokens or (), before.origins or ()
+            stats["continued_from"] = len(old_tokens)
+            if old_tokens and before.tokens_model == self.model and len(old_origins) == len(old_tokens):
+                tokens, origins = (*old_tokens, *tokens), (*old_origins, *origins)
         with self.store.durable():  # the reply and its copy history, together, synced before it shows
             self.store.update_message(
-                reply.message_id, content=done.text, status=status,
-                tokens=done.tokens, origins=done.origins, tokens_model=self.model,
-                stats=stats_dict(done.stats, done.reason, reply.settings, reply.copy_history_before),
+                reply.message_id, content=reply.text, status=status,
+                tokens=tokens, origins=origins, tokens_model=self.model, stats=stats,
             )
             self.store.save_copy_history(reply.conversation.id, done.copy_history)
         reply.saved = True
@@ -249,8 +274,9 @@ class ChatSession:
 
     def _fail(self, reply: Reply, failed: Failed) -> None:
         reply.done = failed
+        text = (reply.continues.content if reply.continues else "") + failed.text
         with self.store.durable():
-            self.store.update_message(reply.message_id, content=failed.text, status="error", error=failed.message)
+            self.store.update_message(reply.message_id, content=text, status="error", error=failed.message)
             if failed.copy_history is not None:
                 self.store.save_copy_history(reply.conversation.id, failed.copy_history)
         reply.saved = True
