@@ -153,7 +153,7 @@ class MainWindow(QMainWindow):
         if self.settings_action.shortcut().isEmpty():  # Linux/Windows have no standard one
             self.settings_action.setShortcut(QKeySequence("Ctrl+,"))
         self.settings_action.setMenuRole(QAction.MenuRole.PreferencesRole)
-        quit_action = self._action("&File", "Quit", self.close, sk.Quit)
+        quit_action = self._action("&File", "Quit", self.request_quit, sk.Quit)
         quit_action.setMenuRole(QAction.MenuRole.QuitRole)
         for text, key, slot in (("Cut", sk.Cut, "cut"), ("Copy", sk.Copy, "copy"), ("Paste", sk.Paste, "paste"),
                                 ("Select All", sk.SelectAll, "selectAll")):
@@ -540,7 +540,27 @@ class MainWindow(QMainWindow):
         except OSError as exc:
             self.statusBar().showMessage(f"Settings could not be saved: {exc}", 8000)
 
+    def request_quit(self) -> None:
+        """File > Quit: asks first while replies are being written, then closes."""
+        if self._may_quit():
+            self.close()
+
+    def _may_quit(self) -> bool:
+        n = len(self.controller.generating())
+        if not n:
+            return True
+        answer = QMessageBox.question(
+            self, "Quit Lanes?",
+            f"{'A reply is' if n == 1 else f'{n} replies are'} still being written. Quit anyway? What "
+            f"{'it has' if n == 1 else 'they have'} written so far is kept, and Continue finishes it later.",
+            QMessageBox.StandardButton.Cancel | QMessageBox.StandardButton.Yes, QMessageBox.StandardButton.Cancel)
+        return answer == QMessageBox.StandardButton.Yes
+
     def closeEvent(self, event: QCloseEvent) -> None:
+        # The window's close button asks as Quit does; a close from the program (a signal, a test) does not.
+        if event.spontaneous() and not self._may_quit():
+            event.ignore()
+            return
         self.prefs.window_geometry = bytes(self.saveGeometry().toBase64().data()).decode()
         self._save_prefs()
         self.hide()

@@ -374,3 +374,32 @@ def test_a_stopped_reply_offers_continue_which_grows_the_same_message(qtbot, mak
     w.send("next question")  # once another message follows, the earlier reply is not the one to continue
     wait_reply_saved(qtbot, w)
     assert not any(x.continue_button.isVisible() for x in w.chat.widgets)
+
+
+def test_quitting_mid_reply_asks_and_the_kept_reply_can_be_continued(qtbot, make_window, tmp_path: Path,
+                                                                     monkeypatch) -> None:
+    from PySide6.QtWidgets import QMessageBox
+
+    w = make_window()
+    qtbot.waitUntil(lambda: w.send_button.isEnabled())
+    w.send("SLOW goodbye")
+    qtbot.waitUntil(lambda: len(w.chat.widgets) == 2 and bool(w.chat.widgets[-1].view.plain_text()))
+    asked: list[str] = []
+    answer = QMessageBox.StandardButton.Cancel
+    monkeypatch.setattr(QMessageBox, "question", lambda _p, _t, text, *_a: asked.append(text) or answer)
+    quit_action = next(a for a in w._menus["&File"].actions() if a.text() == "Quit")
+    quit_action.trigger()
+    assert asked == ["A reply is still being written. Quit anyway? What it has written so far is kept, and "
+                     "Continue finishes it later."]
+    assert w.isVisible() and w.controller.generating()  # Cancel: nothing stopped
+    answer = QMessageBox.StandardButton.Yes
+    cid = w.current
+    quit_action.trigger()
+    assert not w.isVisible()
+    with Store(tmp_path / "lanes.db") as store:
+        assert store.messages(cid)[-1].status == "partial"
+    again = make_window()
+    qtbot.waitUntil(lambda: again.sidebar.model.rowCount() == 1)
+    again.sidebar.select(cid)
+    qtbot.waitUntil(lambda: len(again.chat.widgets) == 2)
+    assert again.chat.widgets[-1].continue_button.isVisible()
