@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from pathlib import Path
 
-from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtCore import QMimeData, Qt, QTimer, Signal
 from PySide6.QtGui import QGuiApplication, QKeyEvent, QResizeEvent
 from PySide6.QtWidgets import (
     QFrame,
@@ -18,7 +19,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.attachments import fenced, read_text_file
 from app.message_view import MessageView
+from engine.errors import LanesError
 from engine.store.records import Message, pack_origins
 from engine.store.render import stats_explained, stats_summary
 
@@ -238,9 +241,11 @@ class ChatView(QScrollArea):
 
 
 class Composer(QPlainTextEdit):
-    """Enter sends, Shift+Enter adds a line. Three lines high, growing with its text up to ten."""
+    """Enter sends, Shift+Enter adds a line. Three lines high, growing with its text up to ten. Text
+    files dropped on it go in as fenced blocks under their names (``app.attachments``)."""
 
     submitted = Signal(str)
+    attachFailed = Signal(str)  # why a file could not be attached, naming it
 
     def __init__(self) -> None:
         super().__init__()
@@ -255,6 +260,30 @@ class Composer(QPlainTextEdit):
         lines = min(max(self.document().size().height(), 3), 10)
         margins = self.contentsMargins().top() + self.contentsMargins().bottom() + 2 * self.document().documentMargin()
         self.setFixedHeight(int(lines * line + margins))
+
+    def attach(self, paths: list[Path]) -> None:
+        """Insert each text file at the cursor as a fenced block; a file that cannot be is named."""
+        for path in paths:
+            try:
+                block = fenced(path.name, read_text_file(path))
+            except (LanesError, OSError) as exc:
+                self.attachFailed.emit(str(exc))
+                continue
+            cursor = self.textCursor()
+            if cursor.positionInBlock():  # a block starts on a line of its own
+                cursor.insertText("\n")
+            cursor.insertText(block)
+            self.setTextCursor(cursor)
+
+    def canInsertFromMimeData(self, source: QMimeData) -> bool:
+        return any(u.isLocalFile() for u in source.urls()) or super().canInsertFromMimeData(source)
+
+    def insertFromMimeData(self, source: QMimeData) -> None:
+        files = [Path(u.toLocalFile()) for u in source.urls() if u.isLocalFile()]
+        if files:
+            self.attach(files)
+        else:
+            super().insertFromMimeData(source)
 
     def keyPressEvent(self, event: QKeyEvent) -> None:
         enter = event.key() in (Qt.Key.Key_Return, Qt.Key.Key_Enter)

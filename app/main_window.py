@@ -147,6 +147,7 @@ class MainWindow(QMainWindow):
         self._menus: dict[str, QMenu] = {}
         sk = QKeySequence.StandardKey
         self.new_action = self._action("&File", "New Conversation", self.new_conversation, sk.New)
+        self._action("&File", "Attach File…", self.attach_files, sk.Open)
         self._action("&File", "Export Conversation…", self.export_current, "Ctrl+E")
         self._action("&File", "Export All Conversations…", self.export_all, "Ctrl+Shift+E")
         self.settings_action = self._action("&File", "Settings…", self.open_settings, sk.Preferences)
@@ -194,6 +195,7 @@ class MainWindow(QMainWindow):
         self.sidebar.newRequested.connect(self.new_conversation)
         self.sidebar.conversationDeleted.connect(self._deleted)
         self.composer.submitted.connect(self.send)
+        self.composer.attachFailed.connect(lambda why: self.statusBar().showMessage(f"Not attached: {why}", 10000))
         self.send_button.clicked.connect(lambda: self.send(self.composer.toPlainText()))
         self.stop_button.clicked.connect(self.stop)
         self.chat.retryRequested.connect(self.regenerate)
@@ -480,6 +482,13 @@ class MainWindow(QMainWindow):
         self.legend.setVisible(on)
         self.chat.set_show_origins(on)
         self._save_prefs()
+
+    def attach_files(self) -> None:
+        """Put text files into the message being written, each as a fenced block under its name."""
+        paths, _chosen = QFileDialog.getOpenFileNames(self, "Attach Text Files", str(Path.home()))
+        if paths:
+            self.composer.attach([Path(p) for p in paths])
+            self.composer.setFocus()
 
     def export_current(self) -> None:
         if self.current is None:

@@ -403,3 +403,40 @@ def test_quitting_mid_reply_asks_and_the_kept_reply_can_be_continued(qtbot, make
     again.sidebar.select(cid)
     qtbot.waitUntil(lambda: len(again.chat.widgets) == 2)
     assert again.chat.widgets[-1].continue_button.isVisible()
+
+
+def test_dropped_text_files_go_into_the_message_as_fenced_blocks_under_their_names(qtbot, make_window,
+                                                                                   tmp_path: Path) -> None:
+    from PySide6.QtCore import QMimeData, QUrl
+
+    from app.attachments import MAX_BYTES, fenced
+
+    assert fenced("a.py", "print(1)\n") == "`a.py`:\n```python\nprint(1)\n```\n"
+    assert fenced("notes.md", "x\n```\ny") == "`notes.md`:\n````markdown\nx\n```\ny\n````\n"  # the fence outlasts
+    code, binary, big = tmp_path / "util.py", tmp_path / "logo.png", tmp_path / "dump.txt"
+    code.write_text("def add(a, b):\n    return a + b\n")
+    binary.write_bytes(b"\x89PNG\r\n\x1a\n\0\0\0")
+    big.write_text("x" * (MAX_BYTES + 1))
+    w = make_window()
+    failures: list[str] = []
+    w.composer.attachFailed.connect(failures.append)
+    qtbot.keyClicks(w.composer, "Add a docstring:")
+    mime = QMimeData()
+    mime.setUrls([QUrl.fromLocalFile(str(p)) for p in (code, binary, big)])
+    assert w.composer.canInsertFromMimeData(mime)
+    w.composer.insertFromMimeData(mime)  # what a drop does
+    assert w.composer.toPlainText() == "Add a docstring:\n`util.py`:\n```python\ndef add(a, b):\n    return a + b\n```\n"
+    assert failures == ["logo.png is not a text file",
+                        f"dump.txt is {(MAX_BYTES + 1) / 2**20:.1f} MiB; Lanes attaches text files up to 256 KiB"]
+    assert "Not attached: dump.txt" in w.statusBar().currentMessage()
+
+
+def test_file_attach_file_puts_the_chosen_files_in(qtbot, make_window, tmp_path: Path, monkeypatch) -> None:
+    from PySide6.QtWidgets import QFileDialog
+
+    note = tmp_path / "todo.txt"
+    note.write_text("milk\neggs\n")
+    monkeypatch.setattr(QFileDialog, "getOpenFileNames", lambda *a, **k: ([str(note)], ""))
+    w = make_window()
+    next(a for a in w._menus["&File"].actions() if a.text() == "Attach File…").trigger()
+    assert w.composer.toPlainText().startswith("`todo.txt`:\n```") and "milk\neggs\n```" in w.composer.toPlainText()
