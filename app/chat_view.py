@@ -15,12 +15,14 @@ from PySide6.QtWidgets import (
     QPushButton,
     QScrollArea,
     QSizePolicy,
+    QToolButton,
     QVBoxLayout,
     QWidget,
 )
 
 from app.attachments import fenced, read_text_file
 from app.message_view import MessageView
+from app.thinking import Split, split_thinking
 from engine.errors import LanesError
 from engine.store.records import Message, pack_origins
 from engine.store.render import stats_explained, stats_summary
@@ -47,6 +49,17 @@ class MessageWidget(QFrame):
         self.who.setStyleSheet("font-weight: 600;")
         self.view = MessageView()
         self.view.setAccessibleName(f"{ROLE_NAMES.get(message.role, message.role)} message")
+        self.thinking_button = QToolButton()  # a reasoning model's thinking, collapsed above the answer
+        self.thinking_button.setCheckable(True)
+        self.thinking_button.setAutoRaise(True)
+        self.thinking_button.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextBesideIcon)
+        self.thinking_button.setAccessibleName("Show the model's thinking")
+        self.thinking_button.toggled.connect(self._show_thinking)
+        self.thinking = MessageView()
+        self.thinking.setAccessibleName("The model's thinking")
+        self.thinking.setStyleSheet("color: palette(placeholder-text);")
+        self.thinking_button.hide()
+        self.thinking.hide()
         self.stats = QLabel()
         self.stats.setAccessibleName("Reply statistics")
         self.stats.setStyleSheet("color: palette(placeholder-text); font-size: 11px;")
@@ -73,6 +86,8 @@ class MessageWidget(QFrame):
         layout = QVBoxLayout(self)
         layout.setContentsMargins(12, 8, 12, 8)
         layout.addLayout(head)
+        layout.addWidget(self.thinking_button)
+        layout.addWidget(self.thinking)
         layout.addWidget(self.view)
         layout.addWidget(self.stats)
         self.show_origins = show_origins
@@ -111,7 +126,7 @@ class MessageWidget(QFrame):
         if self.show_origins:
             self.view.set_spans(spans)
         else:
-            self.view.set_markdown(text)
+            self._set_text(text)
         self.stats.setText("generating…")
         self.stats.setVisible(True)
         self.continue_button.setVisible(False)
@@ -132,7 +147,28 @@ class MessageWidget(QFrame):
         if self.show_origins and self.message.role == "assistant":
             self.view.set_spans(self._spans_for(self.message))
         else:
-            self.view.set_markdown(text)
+            self._set_text(text)
+
+    def _set_text(self, text: str) -> None:
+        """The answer in the view; a reply's thinking, if any, behind the button above it."""
+        split = split_thinking(text) if self.message.role == "assistant" else Split(None, text, False)
+        self.view.set_markdown(split.answer)
+        self.view.setVisible(bool(split.answer) or split.thinking is None)
+        if split.thinking is None:
+            self.thinking_button.hide()
+            self.thinking.hide()
+            return
+        words = len(split.thinking.split())
+        self.thinking_button.setText(("Thinking… " if split.still_thinking else "Thought ") + f"({words:,} words)")
+        self.thinking_button.setArrowType(Qt.ArrowType.DownArrow if self.thinking_button.isChecked()
+                                          else Qt.ArrowType.RightArrow)
+        self.thinking_button.show()
+        self.thinking.set_markdown(split.thinking)
+        self.thinking.setVisible(self.thinking_button.isChecked())
+
+    def _show_thinking(self, on: bool) -> None:
+        self.thinking.setVisible(on)
+        self.thinking_button.setArrowType(Qt.ArrowType.DownArrow if on else Qt.ArrowType.RightArrow)
 
     def copy(self) -> None:
         QGuiApplication.clipboard().setText(self.view.plain_text() or self.message.content)

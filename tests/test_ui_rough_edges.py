@@ -440,3 +440,26 @@ def test_file_attach_file_puts_the_chosen_files_in(qtbot, make_window, tmp_path:
     w = make_window()
     next(a for a in w._menus["&File"].actions() if a.text() == "Attach File…").trigger()
     assert w.composer.toPlainText().startswith("`todo.txt`:\n```") and "milk\neggs\n```" in w.composer.toPlainText()
+
+
+def test_a_reasoning_models_thinking_is_shown_collapsed_apart_from_the_answer(qtbot) -> None:
+    from app.chat_view import MessageWidget
+    from app.thinking import Split, split_thinking
+    from engine.store.records import Message
+
+    assert split_thinking("<think>Add 2 and 2.</think>It is 4.") == Split("Add 2 and 2.", "It is 4.", False)
+    assert split_thinking("<think>Add 2") == Split("Add 2", "", True)
+    assert split_thinking("No thinking here <think>x</think>") == Split(None, "No thinking here <think>x</think>", False)
+    text = "<think>The user greets me. I should greet back briefly.</think>\n\nHello!"
+    w = MessageWidget(Message(1, 1, "assistant", text), lambda m: [(m.content, "model")], False)
+    qtbot.addWidget(w)
+    w.show()
+    assert w.view.plain_text() == "Hello!" and w.thinking_button.text() == "Thought (9 words)"
+    assert w.thinking_button.isVisible() and not w.thinking.isVisible()
+    qtbot.mouseClick(w.thinking_button, Qt.MouseButton.LeftButton)
+    assert w.thinking.isVisible() and w.thinking.plain_text().startswith("The user greets me.")
+    w.set_live("<think>Still working it", [])
+    assert w.thinking_button.text() == "Thinking… (3 words)" and not w.view.isVisible()
+    user = MessageWidget(Message(2, 1, "user", "<think>not a reply</think>"), lambda m: [], False)
+    qtbot.addWidget(user)
+    assert user.view.plain_text() == "<think>not a reply</think>" and not user.thinking_button.isVisibleTo(user)
