@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
@@ -21,6 +22,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.attachments import fenced, read_text_file
+from app.conversation_delegate import when_label
 from app.message_view import MessageView
 from app.thinking import Split, split_thinking
 from engine.errors import LanesError
@@ -47,6 +49,9 @@ class MessageWidget(QFrame):
             self.setStyleSheet("QFrame#message-user { background: palette(alternate-base); border-radius: 10px; }")
         self.who = QLabel(ROLE_NAMES.get(message.role, message.role))
         self.who.setStyleSheet("font-weight: 600;")
+        self.when = QLabel()  # when it was written: a time today, else a date and time
+        self.when.setAccessibleName("Written at")
+        self.when.setStyleSheet("color: palette(placeholder-text); font-size: 11px;")
         self.view = MessageView()
         self.view.setAccessibleName(f"{ROLE_NAMES.get(message.role, message.role)} message")
         self.thinking_button = QToolButton()  # a reasoning model's thinking, collapsed above the answer
@@ -79,6 +84,7 @@ class MessageWidget(QFrame):
         self.is_last = False  # the conversation's last message: only that one can be continued
         head = QHBoxLayout()
         head.addWidget(self.who)
+        head.addWidget(self.when)
         head.addStretch(1)
         head.addWidget(self.continue_button)
         head.addWidget(self.retry_button)
@@ -95,6 +101,12 @@ class MessageWidget(QFrame):
 
     def update_message(self, message: Message) -> None:
         self.message = message
+        if message.created_at:
+            t = time.localtime(message.created_at)
+            today = t[:3] == time.localtime()[:3]
+            self.when.setText(time.strftime("%H:%M", t) if today else f"{when_label(message.created_at)} "
+                              + time.strftime("%H:%M", t))
+            self.when.setToolTip(time.strftime("%A %d %B %Y, %H:%M", t))
         self._render(message.content)
         note = STATUS_NOTES.get(message.status)
         origins = pack_origins(message.origins)

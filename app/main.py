@@ -60,10 +60,12 @@ def _run_window(app: QApplication, stop: _StopOnSignals, store: Store, model: st
                 warnings: list[str]) -> int:
     import qasync
 
+    from app.appearance import apply_theme
     from app.controller import ChatController
     from app.main_window import MainWindow
     from app.preferences import preferences_path
 
+    apply_theme(app, prefs.theme)
     controller = ChatController(store, model)
     window = MainWindow(controller, prefs, preferences_path())
     for w in warnings:

@@ -9,6 +9,7 @@ from pathlib import Path
 from PySide6.QtCore import QByteArray, QStandardPaths, QTimer
 from PySide6.QtGui import QAction, QCloseEvent, QKeySequence, QTextCursor
 from PySide6.QtWidgets import (
+    QApplication,
     QFileDialog,
     QHBoxLayout,
     QLabel,
@@ -22,11 +23,12 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.appearance import ZOOM_STEP, apply_text_scale, apply_theme
 from app.chat_view import ChatView, Composer
 from app.controller import ChatController
 from app.edit_dialog import EditDialog
 from app.exporting import file_name
-from app.preferences import Preferences, save_preferences
+from app.preferences import TEXT_SCALE_RANGE, Preferences, save_preferences
 from app.server_menu import ServerMenu
 from app.settings_dialog import SettingsDialog
 from app.sidebar import Sidebar
@@ -130,6 +132,8 @@ class MainWindow(QMainWindow):
         if prefs.window_geometry:
             self.restoreGeometry(QByteArray.fromBase64(prefs.window_geometry.encode()))
         self.composer.setFocus()  # typing goes to the message, not to Search
+        if prefs.text_scale != 1.0:
+            apply_text_scale([self.chat, self.composer], prefs.text_scale)
 
     # -- menus and shortcuts ---------------------------------------------------------------------
     def _action(self, menu_name: str, text: str, slot: Callable[[], object],
@@ -173,6 +177,11 @@ class MainWindow(QMainWindow):
         self.origins_action = self._action("&View", "Colour Tokens by Origin", self.toggle_origins, "Ctrl+Shift+O")
         self.origins_action.setCheckable(True)
         self.origins_action.setChecked(self.prefs.show_origins)
+        self._menus["&View"].addSeparator()
+        zoom_in = self._action("&View", "Zoom In", lambda: self.zoom(ZOOM_STEP), sk.ZoomIn)
+        zoom_in.setShortcuts([QKeySequence(sk.ZoomIn), QKeySequence("Ctrl+=")])  # = is + unshifted
+        self._action("&View", "Zoom Out", lambda: self.zoom(1 / ZOOM_STEP), sk.ZoomOut)
+        self._action("&View", "Actual Size", lambda: self.zoom(0), "Ctrl+0")
         self.server_menu = ServerMenu(self, self.controller)
 
     def _connect(self) -> None:
@@ -477,6 +486,15 @@ class MainWindow(QMainWindow):
         open_compare_pane(self.controller, self.current, self.prefs.max_tokens, self)
 
     # -- view, export, settings ------------------------------------------------------------------
+    def zoom(self, factor: float) -> None:
+        """The chat's text larger (factor > 1), smaller, or back to its normal size (0)."""
+        lo, hi = TEXT_SCALE_RANGE
+        scale = 1.0 if factor == 0 else min(hi, max(lo, round(self.prefs.text_scale * factor, 3)))
+        self.prefs.text_scale = scale
+        apply_text_scale([self.chat, self.composer], scale)
+        self.statusBar().showMessage(f"Text size {scale:.0%}", 2000)
+        self._save_prefs()
+
     def toggle_origins(self, on: bool) -> None:
         self.prefs.show_origins = on
         self.legend.setVisible(on)
@@ -530,10 +548,13 @@ class MainWindow(QMainWindow):
         if not dialog.exec():
             return
         new = dialog.preferences()
-        old_model, old_recall = self.prefs.model, self.prefs.recall_other_conversations
+        old_model, old_recall, old_theme = self.prefs.model, self.prefs.recall_other_conversations, self.prefs.theme
         new.show_origins, new.window_geometry = self.prefs.show_origins, self.prefs.window_geometry
         self.prefs = new
         self._save_prefs()
+        app = QApplication.instance()
+        if new.theme != old_theme and isinstance(app, QApplication):
+            apply_theme(app, new.theme)
         if new.recall_other_conversations != old_recall:
             self.controller.set_recall_other_conversations(new.recall_other_conversations)
         if new.model != old_model:

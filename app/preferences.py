@@ -33,6 +33,8 @@ TEMPERATURE_RANGE = (0.0, 2.0)
 TOP_P_RANGE = (0.0, 1.0)  # exclusive below, inclusive above: top-p 0 would keep no token
 MAX_TOKENS_RANGE = (1, 8192)
 OWN_COPY_RATES = ("family", "on", "off")
+THEMES = ("system", "light", "dark")
+TEXT_SCALE_RANGE = (0.6, 2.5)
 _OWN_COPY_RATES_FLAG: dict[str, bool | None] = {"family": None, "on": True, "off": False}
 
 # "owner/name" as Hugging Face spells repo ids: what engine.model.loading looks up in the cache, not a path.
@@ -56,6 +58,8 @@ class Preferences:
     show_origins: bool = False
     window_geometry: str | None = None  # base64 of the window's saveGeometry(), opaque here
     export_dir: str | None = None  # the folder of the last export: the next one starts there
+    theme: str = "system"  # "system" | "light" | "dark" (app/appearance.py)
+    text_scale: float = 1.0  # the chat's text size, View > Zoom In / Out
 
     def reply_settings(self) -> ReplySettings:
         """The engine's settings for a new reply ("family" leaves own copy rates to the model family)."""
@@ -97,7 +101,18 @@ def _own_copy_rates_problem(v: str) -> str | None:
     return f"Own copy rates must be 'family', 'on' or 'off' (it is {reprlib.repr(v)})."
 
 
+def _theme_problem(theme: str) -> str | None:
+    return None if theme in THEMES else f"Theme must be one of {', '.join(THEMES)} (it is {theme!r})."
+
+
+def _text_scale_problem(scale: float) -> str | None:
+    lo, hi = TEXT_SCALE_RANGE
+    return None if lo <= scale <= hi else f"Text size must be between {lo:g}x and {hi:g}x (it is {scale:g}x)."
+
+
 _VALUE_CHECKS: dict[str, Callable[[Any], str | None]] = {
+    "theme": _theme_problem,
+    "text_scale": _text_scale_problem,
     "temperature": _temperature_problem,
     "top_p": _top_p_problem,
     "max_tokens": _max_tokens_problem,
@@ -195,6 +210,9 @@ _FIELD_TYPES: dict[str, tuple[Callable[[Any], bool], Callable[[Any], Any], str]]
     "data_dir": (lambda v: v is None or isinstance(v, str), lambda v: v or None, "text or null"),
     "show_origins": (lambda v: isinstance(v, bool), bool, "true or false"),
     "window_geometry": (lambda v: v is None or isinstance(v, str), lambda v: v or None, "text or null"),
+    "export_dir": (lambda v: v is None or isinstance(v, str), lambda v: v or None, "text or null"),
+    "theme": (lambda v: isinstance(v, str), str, "text"),
+    "text_scale": (_is_number, float, "a number"),
 }
 
 

@@ -68,6 +68,7 @@ class SettingsDialog(QDialog):
         layout.addWidget(self._reply_group())
         layout.addWidget(self._recall_group())
         layout.addWidget(self._data_group())
+        layout.addWidget(self._appearance_group())
 
         self.problems = QLabel()
         self.problems.setObjectName("problems")
@@ -95,6 +96,16 @@ class SettingsDialog(QDialog):
         self.model_kind.setFocus()
 
     # -- building ------------------------------------------------------------------------------------
+    def _appearance_group(self) -> QGroupBox:
+        group = QGroupBox("Appearance")
+        form = QFormLayout(group)
+        self.theme = QComboBox()
+        self.theme.setAccessibleName("Theme")
+        for key, label in (("system", "As the system"), ("light", "Light"), ("dark", "Dark")):
+            self.theme.addItem(label, key)
+        form.addRow("Theme:", self.theme)
+        return group
+
     def _model_group(self) -> QGroupBox:
         group = QGroupBox("Model")
         form = QFormLayout(group)
@@ -204,6 +215,7 @@ class SettingsDialog(QDialog):
         elif kind == "hub":
             self.model_repo.setText(prefs.model or "")
         self.system_prompt.setPlainText(prefs.system_prompt)
+        self.theme.setCurrentIndex(max(self.theme.findData(prefs.theme), 0))
         self.temperature.setValue(prefs.temperature)
         self.top_p.setValue(prefs.top_p)
         self.max_tokens.setValue(prefs.max_tokens)
@@ -227,6 +239,7 @@ class SettingsDialog(QDialog):
             max_tokens=self.max_tokens.value(),
             own_copy_rates=self.own_copy_rates.currentData(),
             recall_other_conversations=self.recall.isChecked(),
+            theme=self.theme.currentData(),
             # the default stays unpinned, so $LANES_DATA_DIR and the platform keep deciding it
             data_dir=None if data_dir in ("", self._default_data_dir) else data_dir,
         )

@@ -82,6 +82,9 @@ BAD_VALUES = {
     "data_dir": {"a": 1},
     "show_origins": 1,
     "window_geometry": 7,
+    "export_dir": 1.5,
+    "theme": 0,
+    "text_scale": "big",
 }
 
 

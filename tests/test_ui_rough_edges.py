@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 from PySide6.QtCore import Qt
+from PySide6.QtGui import QKeySequence
 from PySide6.QtWidgets import QApplication
 
 from app.compare_pane import ComparePane
@@ -463,3 +464,71 @@ def test_a_reasoning_models_thinking_is_shown_collapsed_apart_from_the_answer(qt
     user = MessageWidget(Message(2, 1, "user", "<think>not a reply</think>"), lambda m: [], False)
     qtbot.addWidget(user)
     assert user.view.plain_text() == "<think>not a reply</think>" and not user.thinking_button.isVisibleTo(user)
+
+
+def test_messages_show_when_they_were_written(qtbot) -> None:
+    from app.chat_view import MessageWidget
+    from engine.store.records import Message
+
+    now = time.time()
+    w = MessageWidget(Message(1, 1, "user", "hi", created_at=now), lambda m: [], False)
+    qtbot.addWidget(w)
+    assert w.when.text() == time.strftime("%H:%M", time.localtime(now))
+    old = time.mktime((2025, 3, 9, 8, 30, 0, 0, 0, -1))
+    w.update_message(Message(1, 1, "user", "hi", created_at=old))
+    assert w.when.text() == "9 Mar 2025 08:30" and "2025" in w.when.toolTip()
+
+
+def test_zoom_changes_the_chats_text_size_and_is_remembered(qtbot, make_window, tmp_path: Path) -> None:
+    from app.preferences import load_preferences
+
+    w = make_window()
+    base = w.composer.font().pointSizeF()
+    view = next(a for a in w._menus["&View"].actions() if a.text() == "Zoom In")
+    assert QKeySequence("Ctrl+=") in view.shortcuts()
+    view.trigger()
+    view.trigger()
+    assert w.prefs.text_scale == 1.21 and abs(w.composer.font().pointSizeF() - base * 1.21) < 0.01
+    w.send("hello")
+    wait_reply_saved(qtbot, w)
+    assert abs(w.chat.widgets[-1].view.font().pointSizeF() - base * 1.21) < 0.01  # new messages too
+    assert load_preferences(tmp_path / "prefs.json")[0].text_scale == 1.21
+    next(a for a in w._menus["&View"].actions() if a.text() == "Actual Size").trigger()
+    assert w.prefs.text_scale == 1.0 and abs(w.composer.font().pointSizeF() - base) < 0.01
+
+
+def test_the_theme_setting_turns_the_window_dark_and_back(qtbot, make_window, monkeypatch) -> None:
+    from PySide6.QtGui import QPalette
+
+    from app.appearance import apply_theme
+    from app.settings_dialog import SettingsDialog
+
+    w = make_window()
+    app = QApplication.instance()
+
+    def chosen(self):  # the dialog accepted with Dark chosen in it
+        self.theme.setCurrentIndex(self.theme.findData("dark"))
+        return True
+
+    monkeypatch.setattr(SettingsDialog, "exec", chosen)
+    try:
+        w.open_settings()
+        assert w.prefs.theme == "dark"
+        assert app.palette().color(QPalette.ColorRole.Window).lightness() < 128
+        qtbot.waitUntil(lambda: w.palette().color(QPalette.ColorRole.Base).lightness() < 128)  # every window
+    finally:
+        apply_theme(app, "system")
+    assert app.palette().color(QPalette.ColorRole.Window).lightness() > 128
+
+
+def test_unknown_theme_or_text_size_in_the_file_fall_back_with_a_warning(tmp_path: Path) -> None:
+    import json
+
+    from app.preferences import load_preferences
+
+    path = tmp_path / "prefs.json"
+    path.write_text(json.dumps({"theme": "purple", "text_scale": 9, "export_dir": "/tmp"}))
+    prefs, warnings = load_preferences(path)
+    assert (prefs.theme, prefs.text_scale, prefs.export_dir) == ("system", 1.0, "/tmp")
+    assert any("Theme must be one of system, light, dark" in x for x in warnings)
+    assert any("Text size must be between 0.6x and 2.5x" in x for x in warnings)
