@@ -154,6 +154,7 @@ class MainWindow(QMainWindow):
         self._action("&File", "Attach File…", self.attach_files, sk.Open)
         self._action("&File", "Export Conversation…", self.export_current, "Ctrl+E")
         self._action("&File", "Export All Conversations…", self.export_all, "Ctrl+Shift+E")
+        self._action("&File", "Import Conversations…", self.import_files, "Ctrl+Shift+I")
         self.settings_action = self._action("&File", "Settings…", self.open_settings, sk.Preferences)
         if self.settings_action.shortcut().isEmpty():  # Linux/Windows have no standard one
             self.settings_action.setShortcut(QKeySequence("Ctrl+,"))
@@ -523,6 +524,24 @@ class MainWindow(QMainWindow):
         folder = QFileDialog.getExistingDirectory(self, "Export All Conversations (JSON)", str(self._export_dir()))
         if folder:
             self._export(None, "json", Path(folder))
+
+    def import_files(self) -> None:
+        """Add conversations from exported JSON files (Lanes' own format), all or none, and show the first."""
+        from engine.service.transcript_cli import import_files
+
+        names, _chosen = QFileDialog.getOpenFileNames(self, "Import Conversations", str(self._export_dir()),
+                                                      "Lanes JSON (*.json)")
+        if not names:
+            return
+
+        def imported(done: list) -> None:
+            self.statusBar().showMessage(f"Imported {len(done)} conversation{'s' if len(done) != 1 else ''}", 8000)
+            self.controller.conversationsChanged.emit()
+            self.sidebar.select(done[0][1].id)
+            self.open_conversation(done[0][1].id)
+
+        self.controller.store_call(lambda store: import_files(store, [Path(n) for n in names]), imported,
+                                   lambda exc: QMessageBox.warning(self, "Nothing was imported", str(exc)))
 
     def _export_dir(self) -> Path:
         """Where an export starts: the last export's folder, else Documents (else home)."""

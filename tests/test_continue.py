@@ -33,7 +33,7 @@ def test_a_reply_cut_at_the_length_limit_continues_as_mlx_lm_would(session: Chat
     reply = session.continue_last(conv.id, ReplySettings(max_tokens=16))
     for _event in reply.events():
         pass
-    [user, whole] = session.store.messages(conv.id)  # the same message, grown: no new one
+    [_user, whole] = session.store.messages(conv.id)  # the same message, grown: no new one
     assert whole.id == short.id and whole.status == "complete"
     turns = [{"role": "user", "content": QUESTION}, {"role": "assistant", "content": short.content}]
     prompt = list(loaded.tokenizer.apply_chat_template(turns, continue_final_message=True))

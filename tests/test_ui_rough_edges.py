@@ -4,6 +4,7 @@ On the scripted fake engine (tests/fake_engine.py) and the real store."""
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
@@ -532,3 +533,34 @@ def test_unknown_theme_or_text_size_in_the_file_fall_back_with_a_warning(tmp_pat
     assert (prefs.theme, prefs.text_scale, prefs.export_dir) == ("system", 1.0, "/tmp")
     assert any("Theme must be one of system, light, dark" in x for x in warnings)
     assert any("Text size must be between 0.6x and 2.5x" in x for x in warnings)
+
+
+def test_file_import_adds_exported_conversations_or_none_naming_the_bad_file(qtbot, make_window, tmp_path: Path,
+                                                                            monkeypatch) -> None:
+    from PySide6.QtWidgets import QFileDialog, QMessageBox
+
+    from engine.store.transcript import conversation_to_json
+
+    with Store(tmp_path / "elsewhere.db") as other:
+        c = other.create_conversation(title="Trip notes")
+        other.add_message(c.id, "user", "Pack the tent")
+        other.add_message(c.id, "assistant", "And the stove.")
+        good = tmp_path / "trip.json"
+        good.write_text(json.dumps(conversation_to_json(other, c.id)))
+    bad = tmp_path / "broken.json"
+    bad.write_text("{not json")
+    warned: list[str] = []
+    monkeypatch.setattr(QMessageBox, "warning", lambda _p, _t, text, *a: warned.append(text))
+    w = make_window()
+    chosen = [str(good), str(bad)]
+    monkeypatch.setattr(QFileDialog, "getOpenFileNames", lambda *a, **k: (chosen, ""))
+    importer = next(a for a in w._menus["&File"].actions() if a.text() == "Import Conversations…")
+    importer.trigger()
+    qtbot.waitUntil(lambda: bool(warned))
+    assert "broken.json is not valid JSON" in warned[0]
+    with Store(tmp_path / "lanes.db") as store:
+        assert store.count_conversations() == 0  # all or none
+    chosen[:] = [str(good)]
+    importer.trigger()
+    qtbot.waitUntil(lambda: w.title.text() == "Trip notes" and len(w.chat.widgets) == 2)
+    assert w.chat.widgets[1].view.plain_text() == "And the stove."

@@ -16,6 +16,7 @@ from typing import Any
 
 from engine.errors import LanesError
 from engine.store import render, transcript
+from engine.store.records import Conversation
 from engine.store.store import Store
 
 RENDER = {
@@ -104,14 +105,17 @@ def read_document(path: Path) -> Any:
         raise LanesError(f"{path} is not valid JSON (nested too deeply)") from None
 
 
-def import_command(args: argparse.Namespace) -> int:
-    """Import every file, all in one transaction: one bad file and none is imported."""
-    docs = [(path, read_document(path)) for path in args.files]
+def import_files(store: Store, paths: list[Path]) -> list[tuple[Path, Conversation]]:
+    """Import every file, all in one transaction: one bad file (a LanesError naming it) and none is."""
+    docs = [(path, read_document(path)) for path in paths]
     for path, data in docs:
         transcript.validate(data, str(path))  # every file checked before the first write
+    with store.write():
+        return [(path, transcript.import_conversation(store, data, str(path))) for path, data in docs]
+
+
+def import_command(args: argparse.Namespace) -> int:
     with Store.open(args.data_dir) as store:
-        with store.write():
-            done = [(path, transcript.import_conversation(store, data, str(path))) for path, data in docs]
-        for path, conv in done:
+        for path, conv in import_files(store, list(args.files)):
             print(f"imported {path} as conversation {conv.id} ({conv.title or 'untitled'})")
     return 0
