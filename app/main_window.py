@@ -6,11 +6,10 @@ import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from PySide6.QtCore import QByteArray, QStandardPaths, QTimer
+from PySide6.QtCore import QByteArray, QTimer
 from PySide6.QtGui import QAction, QCloseEvent, QKeySequence, QTextCursor
 from PySide6.QtWidgets import (
     QApplication,
-    QFileDialog,
     QHBoxLayout,
     QLabel,
     QMainWindow,
@@ -27,12 +26,12 @@ from app.appearance import ZOOM_STEP, apply_text_scale, apply_theme
 from app.chat_view import ChatView, Composer
 from app.controller import ChatController
 from app.edit_dialog import EditDialog
-from app.exporting import file_name
 from app.preferences import TEXT_SCALE_RANGE, Preferences, save_preferences
 from app.server_menu import ServerMenu
 from app.settings_dialog import SettingsDialog
 from app.sidebar import Sidebar
 from app.theme import OriginLegend
+from app.window_files import WindowFiles
 from engine.events import ModelInfo
 from engine.store.records import Conversation, Message
 
@@ -151,10 +150,11 @@ class MainWindow(QMainWindow):
         self._menus: dict[str, QMenu] = {}
         sk = QKeySequence.StandardKey
         self.new_action = self._action("&File", "New Conversation", self.new_conversation, sk.New)
-        self._action("&File", "Attach File…", self.attach_files, sk.Open)
-        self._action("&File", "Export Conversation…", self.export_current, "Ctrl+E")
-        self._action("&File", "Export All Conversations…", self.export_all, "Ctrl+Shift+E")
-        self._action("&File", "Import Conversations…", self.import_files, "Ctrl+Shift+I")
+        self.files = WindowFiles(self)
+        self._action("&File", "Attach File…", self.files.attach, sk.Open)
+        self._action("&File", "Export Conversation…", self.files.export_current, "Ctrl+E")
+        self._action("&File", "Export All Conversations…", self.files.export_all, "Ctrl+Shift+E")
+        self._action("&File", "Import Conversations…", self.files.import_conversations, "Ctrl+Shift+I")
         self.settings_action = self._action("&File", "Settings…", self.open_settings, sk.Preferences)
         if self.settings_action.shortcut().isEmpty():  # Linux/Windows have no standard one
             self.settings_action.setShortcut(QKeySequence("Ctrl+,"))
@@ -243,7 +243,7 @@ class MainWindow(QMainWindow):
     def _model_refused(self, reason: str, kept: str | None) -> None:
         """A model chosen in Settings cannot work: nothing was unloaded, and the setting goes back."""
         self.prefs.model = kept
-        self._save_prefs()
+        self.save_prefs()
         if self.controller.info is not None:
             self._model_loaded(self.controller.info)
         QMessageBox.warning(self, "That model cannot be used",
@@ -494,73 +494,13 @@ class MainWindow(QMainWindow):
         self.prefs.text_scale = scale
         apply_text_scale([self.chat, self.composer], scale)
         self.statusBar().showMessage(f"Text size {scale:.0%}", 2000)
-        self._save_prefs()
+        self.save_prefs()
 
     def toggle_origins(self, on: bool) -> None:
         self.prefs.show_origins = on
         self.legend.setVisible(on)
         self.chat.set_show_origins(on)
-        self._save_prefs()
-
-    def attach_files(self) -> None:
-        """Put text files into the message being written, each as a fenced block under its name."""
-        paths, _chosen = QFileDialog.getOpenFileNames(self, "Attach Text Files", str(Path.home()))
-        if paths:
-            self.composer.attach([Path(p) for p in paths])
-            self.composer.setFocus()
-
-    def export_current(self) -> None:
-        if self.current is None:
-            return
-        name = file_name(self.title.text() if self.title.text() != "New conversation" else "") or "conversation"
-        path, chosen = QFileDialog.getSaveFileName(
-            self, "Export Conversation", str(self._export_dir() / f"{name}.md"),
-            "Markdown (*.md);;JSON (*.json);;HTML (*.html)")
-        if path:
-            fmt = {"JSON (*.json)": "json", "HTML (*.html)": "html"}.get(chosen, Path(path).suffix.lstrip(".") or "md")
-            self._export(self.current, fmt if fmt in ("md", "json", "html") else "md", Path(path))
-
-    def export_all(self) -> None:
-        folder = QFileDialog.getExistingDirectory(self, "Export All Conversations (JSON)", str(self._export_dir()))
-        if folder:
-            self._export(None, "json", Path(folder))
-
-    def import_files(self) -> None:
-        """Add conversations from exported JSON files (Lanes' own format), all or none, and show the first."""
-        from engine.service.transcript_cli import import_files
-
-        names, _chosen = QFileDialog.getOpenFileNames(self, "Import Conversations", str(self._export_dir()),
-                                                      "Lanes JSON (*.json)")
-        if not names:
-            return
-
-        def imported(done: list) -> None:
-            self.statusBar().showMessage(f"Imported {len(done)} conversation{'s' if len(done) != 1 else ''}", 8000)
-            self.controller.conversationsChanged.emit()
-            self.sidebar.select(done[0][1].id)
-            self.open_conversation(done[0][1].id)
-
-        self.controller.store_call(lambda store: import_files(store, [Path(n) for n in names]), imported,
-                                   lambda exc: QMessageBox.warning(self, "Nothing was imported", str(exc)))
-
-    def _export_dir(self) -> Path:
-        """Where an export starts: the last export's folder, else Documents (else home)."""
-        last = Path(self.prefs.export_dir) if self.prefs.export_dir else None
-        if last is not None and last.is_dir():
-            return last
-        docs = QStandardPaths.writableLocation(QStandardPaths.StandardLocation.DocumentsLocation)
-        return Path(docs) if docs and Path(docs).is_dir() else Path.home()
-
-    def _export(self, conversation_id: int | None, fmt: str, path: Path) -> None:
-        from app.exporting import export_to
-
-        def exported(n: int) -> None:
-            self.statusBar().showMessage(f"Exported {n} conversation{'s' if n != 1 else ''} to {path}", 8000)
-            self.prefs.export_dir = str(path if conversation_id is None else path.parent)
-            self._save_prefs()
-
-        self.controller.store_call(lambda store: export_to(store, conversation_id, fmt, path), exported,
-                                   lambda exc: QMessageBox.warning(self, "Export failed", str(exc)))
+        self.save_prefs()
 
     def open_settings(self) -> None:
         dialog = SettingsDialog(self.prefs, self)
@@ -570,7 +510,7 @@ class MainWindow(QMainWindow):
         old_model, old_recall, old_theme = self.prefs.model, self.prefs.recall_other_conversations, self.prefs.theme
         new.show_origins, new.window_geometry = self.prefs.show_origins, self.prefs.window_geometry
         self.prefs = new
-        self._save_prefs()
+        self.save_prefs()
         app = QApplication.instance()
         if new.theme != old_theme and isinstance(app, QApplication):
             apply_theme(app, new.theme)
@@ -583,7 +523,7 @@ class MainWindow(QMainWindow):
             self._set_model_ready(False)
             self.controller.switch_model(new.model)
 
-    def _save_prefs(self) -> None:
+    def save_prefs(self) -> None:
         try:
             save_preferences(self.prefs, self.prefs_path)
         except OSError as exc:
@@ -611,7 +551,7 @@ class MainWindow(QMainWindow):
             event.ignore()
             return
         self.prefs.window_geometry = bytes(self.saveGeometry().toBase64().data()).decode()
-        self._save_prefs()
+        self.save_prefs()
         self.hide()
         self.controller.close()  # stops and saves every reply as partial, joins every thread
         event.accept()

@@ -306,11 +306,11 @@ def test_export_is_named_after_the_title_starts_in_the_last_folder_and_renders_m
         return str(out / "chat.html"), "HTML (*.html)"
 
     monkeypatch.setattr(QFileDialog, "getSaveFileName", save_as)
-    w.export_current()
+    w.files.export_current()
     qtbot.waitUntil((out / "chat.html").exists)
     assert Path(asked[0]).name == "Plan - ls - a.md"  # the title, as a file name
     qtbot.waitUntil(lambda: w.prefs.export_dir == str(out))
-    w.export_current()
+    w.files.export_current()
     assert Path(asked[1]).parent == out  # the folder is remembered
     page = (out / "chat.html").read_text()
     assert "<table>" in page and "<td>1</td>" in page  # Markdown rendered, as in the window

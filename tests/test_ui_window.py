@@ -337,12 +337,12 @@ def test_export_from_the_menu_writes_escaped_html_and_all_as_json(qtbot, make_wi
     page = tmp_path / "out" / "chat.html"
     page.parent.mkdir()
     monkeypatch.setattr(QFileDialog, "getSaveFileName", lambda *a, **k: (str(page), "HTML (*.html)"))
-    w.export_current()
+    w.files.export_current()
     qtbot.waitUntil(page.exists)
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page.read_text() and "<script>" not in page.read_text()
     folder = tmp_path / "all"
     monkeypatch.setattr(QFileDialog, "getExistingDirectory", lambda *a, **k: str(folder))
-    w.export_all()
+    w.files.export_all()
     qtbot.waitUntil(lambda: (folder / f"conversation-{w.current}.json").exists())
 
 
