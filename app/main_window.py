@@ -25,6 +25,7 @@ from PySide6.QtWidgets import (
 from app.appearance import ZOOM_STEP, apply_text_scale, apply_theme
 from app.chat_view import ChatView, Composer
 from app.controller import ChatController
+from app.conversation_delegate import plain_title
 from app.edit_dialog import EditDialog
 from app.preferences import TEXT_SCALE_RANGE, Preferences, save_preferences
 from app.server_menu import ServerMenu
@@ -310,8 +311,9 @@ class MainWindow(QMainWindow):
         self.controller.store_call(lambda s: s.conversation(cid), show, lambda _exc: None)
 
     def _show_title(self, title: str | None) -> None:
-        self.title.setText(title or "New conversation")
-        self.setWindowTitle(f"{title} — Lanes" if title else "Lanes")
+        words = plain_title(title) if title else ""  # as the sidebar shows it: no Markdown marks
+        self.title.setText(words or "New conversation")
+        self.setWindowTitle(f"{words} — Lanes" if words else "Lanes")
 
     def _deleted(self, conversation_id: int) -> None:
         self._drafts.pop(conversation_id, None)

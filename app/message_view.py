@@ -382,6 +382,7 @@ def _label_code_blocks(document: QTextDocument) -> list[str]:
         cursor.insertText(f"{language or 'code'}   ", label)
         link = QTextCharFormat(label)
         link.setAnchor(True)
+        link.setFontUnderline(True)
         link.setAnchorHref(f"{COPY_SCHEME}:{i}")
         link.setToolTip("Copy this code")
         cursor.insertText("Copy", link)
