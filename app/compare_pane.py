@@ -30,6 +30,7 @@ from PySide6.QtWidgets import (
     QSplitter,
     QTableWidget,
     QTableWidgetItem,
+    QToolButton,
     QVBoxLayout,
     QWidget,
 )
@@ -49,7 +50,7 @@ from app.controller import REPAINT_MS, ChatController
 from app.rate_chart import RateChart
 from engine.drafts.copy_rates import DOUBT_PRIOR
 from engine.events import Event, Failed, Finished, RoundStats, Tokens
-from engine.service.compare import CompareSpec, Run, first_difference, rate_trajectory, summarise
+from engine.service.compare import CompareSpec, Run, first_difference, rate_trajectory, summarise, verdict
 from engine.service.comparisons import runs_of
 from engine.service.spans import origin_spans
 from engine.store.records import Comparison
@@ -143,20 +144,39 @@ class ComparePane(QWidget):
         self.difference.setWordWrap(True)
         self.ratio = QLabel("")
         self.ratio.setAccessibleName("Speed ratio")
+        self.verdict = QLabel("")  # the comparison in one sentence, first
+        self.verdict.setAccessibleName("Verdict")
+        self.verdict.setWordWrap(True)
+        self.verdict.setStyleSheet("font-size: 14px;")
+        self.details_button = QToolButton()
+        self.details_button.setText("Details: speeds by round, draft rows, copy rate")
+        self.details_button.setCheckable(True)
+        self.details_button.setAutoRaise(True)
+        self.details_button.setArrowType(Qt.ArrowType.RightArrow)
+        self.details_button.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextBesideIcon)
+        self.details_button.setAccessibleName("Show the details")
         self.speed_table = _table("Tokens per second by round")
         self.rows_table = _table("Draft rows by source")
         self.chart = RateChart()
         results = QWidget()
         res = QVBoxLayout(results)
-        for w in (self.badge, self.difference, self.ratio):
+        for w in (self.verdict, self.badge, self.difference, self.details_button):
             res.addWidget(w)
+        self.details = QWidget()  # the lab detail, behind the disclosure
+        self.details.setAccessibleName("Details")
+        detail = QVBoxLayout(self.details)
+        detail.setContentsMargins(0, 0, 0, 0)
+        detail.addWidget(self.ratio)
         tables = QVBoxLayout()
         tables.addWidget(self.speed_table)
         tables.addWidget(self.rows_table)
         row = QHBoxLayout()
         row.addLayout(tables, 1)
         row.addWidget(self.chart, 1)
-        res.addLayout(row, 1)
+        detail.addLayout(row, 1)
+        self.details.hide()
+        self.details_button.toggled.connect(self._show_details)
+        res.addWidget(self.details, 1)
         results_scroll = QScrollArea()
         results_scroll.setWidgetResizable(True)
         results_scroll.setWidget(results)
@@ -396,9 +416,10 @@ class ComparePane(QWidget):
                 f"{self._token(diff.got)} where {done[0].side} repeat {done[0].repeat + 1} has "
                 f"{self._token(diff.expected)}")
         summaries = summarise(runs, sides)
+        self.verdict.setText(verdict(summaries, None if len(done) < 2 else diff is None))
         by = {s.side: s for s in summaries}
         off = by.get("off")
-        heads = [f"round {i + 1}" for i in range(repeats)] + ["median", "spread", "× off"]
+        heads = [f"round {i + 1}" for i in range(repeats)] + ["median", "spread", "vs off"]
         cells = []
         for s in summaries:
             speeds = {r.repeat: r.tok_s for r in done if r.side == s.side}
@@ -418,6 +439,10 @@ class ComparePane(QWidget):
                                                      f"{on_runs[-1].repeat + 1})")
         else:
             self.chart.set_points([], "Copy rate per round (own copy rates on): no rounds with a copy window")
+
+    def _show_details(self, on: bool) -> None:
+        self.details.setVisible(on)
+        self.details_button.setArrowType(Qt.ArrowType.DownArrow if on else Qt.ArrowType.RightArrow)
 
     def _badge(self, text: str, colour: str) -> None:
         self.badge.setText(text)

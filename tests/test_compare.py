@@ -131,3 +131,17 @@ def test_a_failed_repeat_leaves_its_cell_empty_and_odd_stats_read_as_nothing() -
     table = ab_table(runs, ("off", "on"), 3)
     assert "| off | 40.0 | – | 0.0 |" in table  # repeat 2 failed: its speed is not shifted into its place
     assert "| on | 46.0 | 45.0 | – |" in table
+
+
+def test_the_verdict_says_it_in_a_sentence_and_warns_when_the_noise_is_larger() -> None:
+    from engine.service.compare import SideSummary, verdict
+
+    off = SideSummary("off", (50.0,), {0: 50.0}, 50.0, 0.10, {})
+    fast = SideSummary("on", (65.0,), {0: 65.0}, 65.0, 0.20, {})
+    close = SideSummary("on", (52.0,), {0: 52.0}, 52.0, 0.20, {})
+    assert verdict([off, fast], True) == ("Same text; own copy rates on was 1.30x as fast as off, more than the "
+                                          "runs varied (up to 20%).")
+    assert verdict([off, close], True).endswith("within how much the runs varied (up to 20%): run more repeats "
+                                                "before trusting the difference.")
+    assert verdict([off, fast], False).startswith("The texts differ; ")
+    assert verdict([off], None) == "Not enough runs yet."

@@ -103,8 +103,12 @@ def test_a_differing_token_is_highlighted_in_both_columns(qtbot, make_pane, tmp_
     cursor.setPosition(10)  # the format of the character before position 10: the token at 9
     assert cursor.charFormat().background().color() == QColor(DIFF_TINTS[is_dark(on)])
     assert "first difference at token 9" in pane.columns["on"].showing.text()
+    assert pane.verdict.text().startswith("The texts differ; own copy rates on was ")
+    assert not pane.details.isVisible()  # the lab detail waits behind its disclosure
+    pane.details_button.click()
+    assert pane.details.isVisible() and pane.speed_table.isVisible()
     speeds = table(pane.speed_table)
-    assert list(speeds) == ["off", "on"] and list(speeds["on"]) == ["round 1", "round 2", "median", "spread", "× off"]
+    assert list(speeds) == ["off", "on"] and list(speeds["on"]) == ["round 1", "round 2", "median", "spread", "vs off"]
     assert all(speeds[s][c] != "–" for s in speeds for c in ("round 1", "round 2", "median"))
     [comparison] = saved(tmp_path)
     assert comparison.status == "complete" and len(comparison.runs) == 4
@@ -224,7 +228,7 @@ def test_the_pane_on_the_real_model(qtbot, loaded, tmp_path: Path) -> None:
         assert list(speeds) == ["off", "on"]
         for side in speeds:
             assert all(float(speeds[side][c]) > 0 for c in ("round 1", "round 2", "median"))
-        assert speeds["off"]["× off"] == "1.00×" and "on / off:" in pane.ratio.text()
+        assert speeds["off"]["vs off"] == "1.00×" and "on / off:" in pane.ratio.text()
         [comparison] = saved(tmp_path)
         assert comparison.status == "complete" and sorted(r.side for r in comparison.runs) == ["off", "off", "on", "on"]
         assert len({r.content for r in comparison.runs}) == 1
