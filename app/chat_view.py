@@ -12,6 +12,7 @@ from PySide6.QtWidgets import (
     QFrame,
     QHBoxLayout,
     QLabel,
+    QMenu,
     QPlainTextEdit,
     QPushButton,
     QScrollArea,
@@ -38,6 +39,8 @@ class MessageWidget(QFrame):
 
     retryRequested = Signal()
     continueRequested = Signal()
+    editRequested = Signal(object)  # the Message
+    deleteRequested = Signal(object)
 
     def __init__(self, message: Message, spans_for: Callable[[Message], list[tuple[str, str]]],
                  show_origins: bool) -> None:
@@ -82,6 +85,15 @@ class MessageWidget(QFrame):
         self.continue_button.setToolTip("Carry on writing this reply where it stopped")
         self.continue_button.clicked.connect(self.continueRequested)
         self.is_last = False  # the conversation's last message: only that one can be continued
+        self.more_button = QToolButton()
+        self.more_button.setText("⋯")
+        self.more_button.setAutoRaise(True)
+        self.more_button.setAccessibleName("More actions for this message")
+        self.more_button.setPopupMode(QToolButton.ToolButtonPopupMode.InstantPopup)
+        more = QMenu(self.more_button)
+        more.addAction("Edit Message…", lambda: self.editRequested.emit(self.message))
+        more.addAction("Delete Message…", lambda: self.deleteRequested.emit(self.message))
+        self.more_button.setMenu(more)
         head = QHBoxLayout()
         head.addWidget(self.who)
         head.addWidget(self.when)
@@ -89,6 +101,7 @@ class MessageWidget(QFrame):
         head.addWidget(self.continue_button)
         head.addWidget(self.retry_button)
         head.addWidget(self.copy_button)
+        head.addWidget(self.more_button)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(12, 8, 12, 8)
         layout.addLayout(head)
@@ -193,6 +206,8 @@ class ChatView(QScrollArea):
 
     retryRequested = Signal()
     continueRequested = Signal()
+    editRequested = Signal(object)  # a Message
+    deleteRequested = Signal(object)
 
     def __init__(self) -> None:
         super().__init__()
@@ -257,6 +272,8 @@ class ChatView(QScrollArea):
         w.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Maximum)
         w.retryRequested.connect(self.retryRequested)
         w.continueRequested.connect(self.continueRequested)
+        w.editRequested.connect(self.editRequested)
+        w.deleteRequested.connect(self.deleteRequested)
         self.column.insertWidget(self.column.count() - 1, w)
         if self.widgets:
             self.widgets[-1].set_last(False)

@@ -233,6 +233,15 @@ class ChatController(QObject):
 
         self.store_call(create, lambda conv: (self.conversationsChanged.emit(), on_result(conv)))
 
+    def edit_message(self, message: Message, text: str, on_done: Callable[[], None]) -> None:
+        """Change a message's text in place (the next replies read the new text). Its tokens and
+        origins no longer say what the text is, so they go."""
+        self.store_call(lambda s: s.update_message(message.id, content=text, tokens=None, origins=None,
+                                                   tokens_model=None), lambda _r: on_done())
+
+    def delete_message(self, message: Message, on_done: Callable[[], None]) -> None:
+        self.store_call(lambda s: s.delete_message(message.id), lambda _r: (on_done(), self.conversationsChanged.emit()))
+
     def rename(self, conversation_id: int, title: str) -> None:
         self.store_call(lambda s: s.update_conversation(conversation_id, title=title),
                         lambda _c: self.conversationsChanged.emit())

@@ -22,18 +22,19 @@ class _Editor(QPlainTextEdit):
 
 
 class EditDialog(QDialog):
-    def __init__(self, text: str, parent: QWidget | None = None) -> None:
+    def __init__(self, text: str, parent: QWidget | None = None, title: str = "Edit Last Message",
+                 action: str = "Send Again", what: str = "sends it again and replaces the reply after it") -> None:
         super().__init__(parent)
-        self.setWindowTitle("Edit Last Message")
+        self.setWindowTitle(title)
         self.editor = _Editor(self)
         self.editor.setPlainText(text)
         self.editor.setAccessibleName("Message")
         self.editor.moveCursor(self.editor.textCursor().MoveOperation.End)
         send = QKeySequence("Ctrl+Return").toString(QKeySequence.SequenceFormat.NativeText)
-        hint = QLabel(f"{send} sends it again and replaces the reply after it; Esc cancels.")
+        hint = QLabel(f"{send} {what}; Esc cancels.")
         hint.setStyleSheet("color: palette(placeholder-text);")
         buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel)
-        buttons.button(QDialogButtonBox.StandardButton.Ok).setText("Send Again")
+        buttons.button(QDialogButtonBox.StandardButton.Ok).setText(action)
         buttons.accepted.connect(self.accept)
         buttons.rejected.connect(self.reject)
         layout = QVBoxLayout(self)

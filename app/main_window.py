@@ -211,6 +211,8 @@ class MainWindow(QMainWindow):
         self.stop_button.clicked.connect(self.stop)
         self.chat.retryRequested.connect(self.regenerate)
         self.chat.continueRequested.connect(self.continue_reply)
+        self.chat.editRequested.connect(self.edit_message)
+        self.chat.deleteRequested.connect(self.delete_message)
 
     # -- model -----------------------------------------------------------------------------------
     def _tick_loading(self) -> None:
@@ -384,6 +386,39 @@ class MainWindow(QMainWindow):
         if self.current is None or self.controller.info is None or last is None or not last.can_continue:
             return
         self.controller.continue_reply(self.current, self.prefs.reply_settings())
+
+    def _idle(self, what: str) -> bool:
+        """Whether the shown conversation can be changed now (not while it replies)."""
+        if self.current is not None and self.current in self.controller.generating():
+            self.statusBar().showMessage(f"This conversation is still replying: stop it first (Esc) to {what}", 5000)
+            return False
+        return self.current is not None
+
+    def _reload(self) -> None:
+        if self.current is not None:
+            self.controller.load_conversation(self.current, self._show)
+
+    def edit_message(self, message: Message) -> None:
+        """Change any message's text in place; the next replies read it as it is now."""
+        if not self._idle("edit it"):
+            return
+        dialog = EditDialog(message.content, self, "Edit Message", "Save", "saves it; the next replies read it as it is")
+        self.edit_dialog = dialog
+        try:
+            if dialog.exec() and dialog.text().strip() and dialog.text() != message.content:
+                self.controller.edit_message(message, dialog.text(), self._reload)
+        finally:
+            self.edit_dialog = None
+
+    def delete_message(self, message: Message) -> None:
+        if not self._idle("delete it"):
+            return
+        who = "your message" if message.role == "user" else "this reply"
+        answer = QMessageBox.question(self, "Delete Message", f"Delete {who}? This cannot be undone.",
+                                      QMessageBox.StandardButton.Cancel | QMessageBox.StandardButton.Yes,
+                                      QMessageBox.StandardButton.Cancel)
+        if answer == QMessageBox.StandardButton.Yes:
+            self.controller.delete_message(message, self._reload)
 
     def edit_last(self) -> None:
         if self.current is None or self.controller.info is None:

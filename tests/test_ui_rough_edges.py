@@ -24,6 +24,15 @@ from engine.store.store import Store
 from tests.fake_engine import INFO, FakeEngine
 from tests.test_ui_window import LateEngine, last_reply, wait_reply_saved
 
+
+def send_and_wait(qtbot, w: MainWindow, text: str) -> None:
+    """Send ``text`` and wait for its reply to be saved (not an earlier one's)."""
+    shown = len(w.chat.widgets)
+    w.send(text)
+    qtbot.waitUntil(lambda: len(w.chat.widgets) == shown + 2)
+    wait_reply_saved(qtbot, w)
+
+
 HAIKU = "An old silent pond\nA frog jumps into the pond\nSplash! Silence again"
 
 
@@ -138,9 +147,7 @@ def test_sending_while_scrolled_up_jumps_to_the_new_message(qtbot, make_window) 
     w.resize(700, 420)
     qtbot.waitUntil(lambda: w.send_button.isEnabled())
     for i in range(4):
-        w.composer.setPlainText(f"Message {i}\n" + "line\n" * 12)
-        qtbot.keyClick(w.composer, Qt.Key.Key_Return)
-        wait_reply_saved(qtbot, w)
+        send_and_wait(qtbot, w, f"Message {i}\n" + "line\n" * 12)
     bar = w.chat.verticalScrollBar()
     qtbot.waitUntil(lambda: bar.maximum() > 0)
     bar.setValue(0)
@@ -373,8 +380,7 @@ def test_a_stopped_reply_offers_continue_which_grows_the_same_message(qtbot, mak
     assert [m.id for m in stored] == [stored[0].id, before.id]  # the same reply, grown
     assert stored[1].content.startswith(before.content) and len(stored[1].content) > len(before.content)
     assert stored[1].status == "complete" and not w.chat.widgets[-1].continue_button.isVisible()
-    w.send("next question")  # once another message follows, the earlier reply is not the one to continue
-    wait_reply_saved(qtbot, w)
+    send_and_wait(qtbot, w, "next question")  # now the earlier reply is not the one to continue
     assert not any(x.continue_button.isVisible() for x in w.chat.widgets)
 
 
@@ -564,3 +570,40 @@ def test_file_import_adds_exported_conversations_or_none_naming_the_bad_file(qtb
     importer.trigger()
     qtbot.waitUntil(lambda: w.title.text() == "Trip notes" and len(w.chat.widgets) == 2)
     assert w.chat.widgets[1].view.plain_text() == "And the stove."
+
+
+def test_any_message_can_be_edited_or_deleted_and_the_next_reply_reads_it(qtbot, make_window, tmp_path: Path,
+                                                                          monkeypatch) -> None:
+    from PySide6.QtCore import QTimer
+    from PySide6.QtWidgets import QMessageBox
+
+    w = make_window()
+    qtbot.waitUntil(lambda: w.send_button.isEnabled())
+    for n, text in enumerate(("first", "second")):
+        w.send(text)
+        qtbot.waitUntil(lambda n=n: len(w.chat.widgets) == 2 * n + 2)
+        wait_reply_saved(qtbot, w)
+    first_reply = w.chat.widgets[1]
+    assert [a.text() for a in first_reply.more_button.menu().actions()] == ["Edit Message…", "Delete Message…"]
+
+    def rewrite() -> None:
+        dialog = w.edit_dialog
+        assert dialog is not None and dialog.text() == "Echo: first"
+        dialog.editor.setPlainText("A corrected answer")
+        qtbot.keyClick(dialog.editor, Qt.Key.Key_Return, Qt.KeyboardModifier.ControlModifier)
+
+    QTimer.singleShot(100, rewrite)
+    first_reply.more_button.menu().actions()[0].trigger()
+    qtbot.waitUntil(lambda: w.chat.widgets[1].view.plain_text() == "A corrected answer")
+    with Store(tmp_path / "lanes.db") as store:
+        edited = store.messages(w.current)[1]
+    assert edited.content == "A corrected answer" and edited.tokens is None and edited.origins is None
+    monkeypatch.setattr(QMessageBox, "question", lambda *a: QMessageBox.StandardButton.Yes)
+    w.chat.widgets[2].more_button.menu().actions()[1].trigger()  # delete "second"
+    qtbot.waitUntil(lambda: [x.message.content for x in w.chat.widgets] == ["first", "A corrected answer",
+                                                                           "Echo: second"])
+    w.send("third")
+    qtbot.waitUntil(lambda: len(w.chat.widgets) == 5)
+    wait_reply_saved(qtbot, w)
+    sent = w.controller.service.engine.requests[-1].messages
+    assert [m["content"] for m in sent] == ["first", "A corrected answer", "Echo: second", "third"]

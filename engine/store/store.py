@@ -305,6 +305,13 @@ class Store(ComparisonRows):
             self.db.execute(f"UPDATE messages SET {sets} WHERE id = ?", (*fields.values(), message_id))
             self._touch(row[0], now)
 
+    def delete_message(self, message_id: int) -> None:
+        """Delete one message (the person's choice, anywhere in the conversation)."""
+        msg = self.message(message_id)
+        with self.write():
+            self.db.execute("DELETE FROM messages WHERE id = ?", (message_id,))
+            self._touch(msg.conversation_id, time.time())
+
     def delete_messages_after(self, message_id: int) -> int:
         """Delete every message of the same conversation after ``message_id`` (a regenerate or an edit);
         returns how many went."""
