@@ -20,6 +20,8 @@ from PySide6.QtWidgets import (
     QHBoxLayout,
     QLabel,
     QLineEdit,
+    QListWidget,
+    QListWidgetItem,
     QMenu,
     QPlainTextEdit,
     QPushButton,
@@ -37,6 +39,8 @@ from app.preferences import (
     model_kind,
     model_problem,
 )
+from engine.model.local_models import local_models
+from engine.model.locate import EMBEDDED
 from engine.store import paths
 
 MODEL_KINDS: tuple[tuple[ModelKind, str], ...] = (
@@ -133,8 +137,32 @@ class SettingsDialog(QDialog):
         self.model_repo.setAccessibleName("Hugging Face repository")
         self.model_repo.setToolTip("A model already in the local Hugging Face cache; Lanes never downloads.")
         _add_row(form, "&Repository:", self.model_repo)
+        self.on_machine = QListWidget()  # the models already here: choosing one fills the fields above
+        self.on_machine.setAccessibleName("Models on this machine")
+        self.on_machine.setMaximumHeight(self.fontMetrics().lineSpacing() * 6)
+        self.on_machine.itemActivated.connect(self._choose_local)
+        self.on_machine.itemClicked.connect(self._choose_local)
+        for m in local_models():
+            size = f"{m.size / 2**30:.1f} GB" if m.size >= 2**30 else f"{m.size / 2**20:.0f} MB"
+            name = "SmolLM2-135M-Instruct (embedded)" if m.spec == EMBEDDED else m.spec
+            item = QListWidgetItem(f"{name} — {m.family or 'unknown'} · {size}"
+                                   + ("" if m.supported else " · not supported"))
+            item.setData(Qt.ItemDataRole.UserRole, m.spec)
+            item.setToolTip("Lanes runs it" if m.supported else f"Lanes cannot run it: {m.why}")
+            if not m.supported:
+                item.setFlags(item.flags() & ~Qt.ItemFlag.ItemIsEnabled)
+            self.on_machine.addItem(item)
+        _add_row(form, "On this &machine:", self.on_machine)
         self._model_form = form
         return group
+
+    def _choose_local(self, item: QListWidgetItem) -> None:
+        spec = item.data(Qt.ItemDataRole.UserRole)
+        if spec == EMBEDDED:
+            self.model_kind.setCurrentIndex(self.model_kind.findData("embedded"))
+        else:
+            self.model_kind.setCurrentIndex(self.model_kind.findData("hub"))
+            self.model_repo.setText(spec)
 
     def _reply_group(self) -> QGroupBox:
         group = QGroupBox("Reply")

@@ -175,3 +175,32 @@ def test_every_control_has_an_accessible_name_and_labels_have_buddies(qtbot) -> 
     assert {d.model_kind, d.model_path, d.model_repo, d.system_prompt, d.temperature, d.top_p, d.max_tokens,
             d.own_copy_rates, d.data_dir} <= buddies
     assert d.buttons.button(QDialogButtonBox.StandardButton.Ok) is d.ok_button
+
+
+def test_settings_lists_the_models_on_this_machine_and_which_lanes_runs(qtbot, hf_cache) -> None:
+    from engine.model.local_models import local_models
+
+    weights = {"model.safetensors": b"\0" * 2048}
+    hf_cache("mlx-community/Qwen3-0.6B-4bit", {"config.json": b'{"model_type": "qwen3"}', **weights})
+    hf_cache("someone/Future-Arch", {"config.json": b'{"model_type": "no_such_arch"}', **weights})
+    hf_cache("someone/PyTorch-Only", {"config.json": b'{"model_type": "llama"}', "pytorch_model.bin": b"\0"})
+    found = {m.spec: m for m in local_models()}
+    assert list(found) == ["embedded", "mlx-community/Qwen3-0.6B-4bit", "someone/Future-Arch",
+                           "someone/PyTorch-Only"]
+    assert found["embedded"].supported and found["embedded"].size > 50 * 2**20
+    assert (found["mlx-community/Qwen3-0.6B-4bit"].family, found["mlx-community/Qwen3-0.6B-4bit"].supported) == (
+        "qwen3", True)
+    assert found["mlx-community/Qwen3-0.6B-4bit"].size >= 2048
+    assert found["someone/Future-Arch"].why == "mlx-lm has no 'no_such_arch' architecture"
+    assert found["someone/PyTorch-Only"].why == "no .safetensors weights (not converted for MLX)"
+
+    d = make(qtbot, Preferences())
+    items = [d.on_machine.item(i) for i in range(d.on_machine.count())]
+    assert [i.text().split(" — ")[0] for i in items] == ["SmolLM2-135M-Instruct (embedded)", *list(found)[1:]]
+    assert items[1].text().endswith("qwen3 · 0 MB") and items[1].flags() & Qt.ItemFlag.ItemIsEnabled
+    assert not items[2].flags() & Qt.ItemFlag.ItemIsEnabled and "no 'no_such_arch'" in items[2].toolTip()
+    d.on_machine.itemClicked.emit(items[1])
+    assert d.model_kind.currentData() == "hub" and d.model_repo.text() == "mlx-community/Qwen3-0.6B-4bit"
+    assert d.preferences().model == "mlx-community/Qwen3-0.6B-4bit"
+    d.on_machine.itemClicked.emit(items[0])
+    assert d.preferences().model is None  # the embedded one
