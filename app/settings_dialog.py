@@ -24,12 +24,14 @@ from PySide6.QtWidgets import (
     QListWidgetItem,
     QMenu,
     QPlainTextEdit,
+    QProgressDialog,
     QPushButton,
     QSpinBox,
     QVBoxLayout,
     QWidget,
 )
 
+from app.model_download import ModelDownload
 from app.preferences import (
     MAX_TOKENS_RANGE,
     OWN_COPY_RATES,
@@ -73,6 +75,12 @@ class SettingsDialog(QDialog):
         layout.addWidget(self._recall_group())
         layout.addWidget(self._data_group())
         layout.addWidget(self._appearance_group())
+
+        self.download_status = QLabel()
+        self.download_status.setAccessibleName("Download")
+        self.download_status.setWordWrap(True)
+        self.download_status.hide()
+        layout.addWidget(self.download_status)
 
         self.problems = QLabel()
         self.problems.setObjectName("problems")
@@ -135,13 +143,28 @@ class SettingsDialog(QDialog):
         self.model_repo = QLineEdit()
         self.model_repo.setPlaceholderText("owner/name, e.g. HuggingFaceTB/SmolLM2-360M-Instruct")
         self.model_repo.setAccessibleName("Hugging Face repository")
-        self.model_repo.setToolTip("A model already in the local Hugging Face cache; Lanes never downloads.")
-        _add_row(form, "&Repository:", self.model_repo)
+        self.model_repo.setToolTip("A model in the local Hugging Face cache, or one to download with Download.")
+        self.download_button = QPushButton("&Download")
+        self.download_button.setAccessibleName("Download the model from the Hugging Face Hub")
+        self.download_button.setToolTip("Download this model from the Hugging Face Hub now (only when you ask)")
+        self.download_button.clicked.connect(self.start_download)
+        self.download: ModelDownload | None = None
+        self.download_progress: QProgressDialog | None = None
+        self._model_repo_row = _with_button(self.model_repo, self.download_button)
+        _add_row(form, "&Repository:", self._model_repo_row, buddy=self.model_repo)
         self.on_machine = QListWidget()  # the models already here: choosing one fills the fields above
-        self.on_machine.setAccessibleName("Models on this machine")
-        self.on_machine.setMaximumHeight(self.fontMetrics().lineSpacing() * 6)
-        self.on_machine.itemActivated.connect(self._choose_local)
-        self.on_machine.itemClicked.connect(self._choose_local)
+        self._fill_on_machine()
+        _add_row(form, "On this &machine:", self.on_machine)
+        self._model_form = form
+        return group
+
+    def _fill_on_machine(self) -> None:
+        if not self.on_machine.accessibleName():
+            self.on_machine.setAccessibleName("Models on this machine")
+            self.on_machine.setMaximumHeight(self.fontMetrics().lineSpacing() * 6)
+            self.on_machine.itemActivated.connect(self._choose_local)
+            self.on_machine.itemClicked.connect(self._choose_local)
+        self.on_machine.clear()
         for m in local_models():
             size = f"{m.size / 2**30:.1f} GB" if m.size >= 2**30 else f"{m.size / 2**20:.0f} MB"
             name = "SmolLM2-135M-Instruct (embedded)" if m.spec == EMBEDDED else m.spec
@@ -152,9 +175,53 @@ class SettingsDialog(QDialog):
             if not m.supported:
                 item.setFlags(item.flags() & ~Qt.ItemFlag.ItemIsEnabled)
             self.on_machine.addItem(item)
-        _add_row(form, "On this &machine:", self.on_machine)
-        self._model_form = form
-        return group
+
+    # -- downloading a model (only when asked) -------------------------------------------------------
+    def start_download(self) -> None:
+        repo = self.model_repo.text().strip()
+        if not repo or self.download is not None:
+            return
+        self.download = ModelDownload(repo, parent=self)
+        progress = QProgressDialog(f"Downloading {repo}…", "Cancel", 0, 1000, self)
+        progress.setWindowTitle("Download Model")
+        progress.setMinimumDuration(0)
+        progress.canceled.connect(self.download.cancel)
+        self.download_progress = progress
+        self.download.progress.connect(self._download_progress)
+        self.download.finished.connect(self._downloaded)
+        self.download.failed.connect(lambda why: self._download_ended(f"Not downloaded: {why}"))
+        self.download.cancelled.connect(lambda: self._download_ended(
+            "Download stopped; the files that arrived whole are kept for the next try"))
+        self.download.start()
+        progress.show()
+
+    def _download_progress(self, done: int, total: int, file: str) -> None:
+        if self.download_progress is not None and total:
+            self.download_progress.setValue(int(1000 * done / total))
+            self.download_progress.setLabelText(
+                f"Downloading {self.model_repo.text().strip()}: {done / 2**20:,.1f} of {total / 2**20:,.1f} MB ({file})")
+
+    def _downloaded(self, repo: str) -> None:
+        self._download_ended(f"Downloaded {repo}")
+        self._fill_on_machine()
+        self._refresh()
+
+    def _download_ended(self, message: str) -> None:
+        if self.download is not None:
+            self.download.join()
+            self.download = None
+        if self.download_progress is not None:
+            self.download_progress.reset()
+            self.download_progress.close()
+            self.download_progress = None
+        self.download_status.setText(message)
+        self.download_status.show()
+
+    def done(self, result: int) -> None:
+        if self.download is not None:  # closing stops a download and waits for its thread
+            self.download.join()
+            self.download = None
+        super().done(result)
 
     def _choose_local(self, item: QListWidgetItem) -> None:
         spec = item.data(Qt.ItemDataRole.UserRole)
@@ -293,7 +360,8 @@ class SettingsDialog(QDialog):
     def _refresh(self) -> None:
         kind = self.model_kind.currentData()
         self._model_form.setRowVisible(self._model_path_row, kind == "path")
-        self._model_form.setRowVisible(self.model_repo, kind == "hub")
+        self._model_form.setRowVisible(self._model_repo_row, kind == "hub")
+        self.download_button.setEnabled(bool(self.model_repo.text().strip()) and self.download is None)
         problems = self.problems_found()
         self.problems.setText("\n".join(f"• {p}" for p in problems))
         self.problems.setVisible(bool(problems))

@@ -17,6 +17,7 @@ from PySide6.QtWidgets import (
     QLabel,
     QLineEdit,
     QPlainTextEdit,
+    QPushButton,
     QWidget,
 )
 
@@ -204,3 +205,32 @@ def test_settings_lists_the_models_on_this_machine_and_which_lanes_runs(qtbot, h
     assert d.preferences().model == "mlx-community/Qwen3-0.6B-4bit"
     d.on_machine.itemClicked.emit(items[0])
     assert d.preferences().model is None  # the embedded one
+
+
+def test_download_fetches_a_model_by_name_with_progress_and_cancel(qtbot, hf_cache, monkeypatch) -> None:
+    import os
+
+    from tests.fake_hub import FakeHub
+
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", False)  # the person asked for it
+    files = {"config.json": b'{"model_type": "qwen3"}',
+             **{f"model-0000{i}-of-00003.safetensors": os.urandom(300_000) for i in (1, 2, 3)}}
+    with FakeHub({"someone/Small-Model": files}, chunk=8192, delay=0.02) as hub:  # ~0.75 s a shard: time to cancel
+        monkeypatch.setenv("HF_ENDPOINT", hub.url)  # how huggingface_hub is pointed at a mirror
+        d = make(qtbot, Preferences())
+        d.model_kind.setCurrentIndex(d.model_kind.findData("hub"))
+        qtbot.keyClicks(d.model_repo, "someone/Small-Model")
+        assert "not in the Hugging Face cache" in d.problems.text()  # nothing is fetched until asked
+        assert not [r for r in hub.requests if "/resolve/" in r[1]]
+        qtbot.mouseClick(d.download_button, Qt.MouseButton.LeftButton)
+        qtbot.waitUntil(lambda: d.download_progress is not None and d.download_progress.value() >= 300)  # a shard in
+        cancel = next(b for b in d.download_progress.findChildren(QPushButton) if b.text() == "Cancel")
+        qtbot.mouseClick(cancel, Qt.MouseButton.LeftButton)  # the progress dialog's Cancel
+        qtbot.waitUntil(lambda: d.download is None)
+        assert d.download_status.text().startswith("Download stopped")
+        qtbot.mouseClick(d.download_button, Qt.MouseButton.LeftButton)  # again, to the end
+        qtbot.waitUntil(lambda: d.download is None, timeout=30000)
+    assert d.download_status.text() == "Downloaded someone/Small-Model"
+    assert not d.problems.isVisible() and d.ok_button.isEnabled()  # now in the cache
+    listed = [d.on_machine.item(i).data(Qt.ItemDataRole.UserRole) for i in range(d.on_machine.count())]
+    assert "someone/Small-Model" in listed
