@@ -66,5 +66,5 @@ def test_a_missing_or_unloadable_model_is_named(cache: Path) -> None:
     with FakeHub({"someone/Docs-Only": {"README.md": b"x", "config.json": b"{}"}}) as hub:
         with pytest.raises(LanesError, match="no model 'nobody/nothing' on the Hugging Face Hub"):
             download("nobody/nothing", lambda _p: None, lambda: False, endpoint=hub.url)
-        with pytest.raises(LanesError, match="'someone/Docs-Only' has no .safetensors weights"):
+        with pytest.raises(LanesError, match=r"'someone/Docs-Only' has no \.safetensors weights"):
             download("someone/Docs-Only", lambda _p: None, lambda: False, endpoint=hub.url)
