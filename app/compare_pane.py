@@ -177,6 +177,8 @@ class ComparePane(QWidget):
         self.details.hide()
         self.details_button.toggled.connect(self._show_details)
         res.addWidget(self.details, 1)
+        res.addStretch(1)  # while the details are hidden, the lines above stay together at the top
+        self._results = res
         results_scroll = QScrollArea()
         results_scroll.setWidgetResizable(True)
         results_scroll.setWidget(results)
@@ -442,6 +444,7 @@ class ComparePane(QWidget):
 
     def _show_details(self, on: bool) -> None:
         self.details.setVisible(on)
+        self._results.setStretch(self._results.count() - 1, 0 if on else 1)
         self.details_button.setArrowType(Qt.ArrowType.DownArrow if on else Qt.ArrowType.RightArrow)
 
     def _badge(self, text: str, colour: str) -> None:
