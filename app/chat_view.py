@@ -25,6 +25,7 @@ from PySide6.QtWidgets import (
 from app.attachments import fenced, read_text_file
 from app.conversation_delegate import when_label
 from app.message_view import MessageView
+from app.theme import FOCUS_RING
 from app.thinking import Split, split_thinking
 from engine.errors import LanesError
 from engine.store.records import Message, pack_origins
@@ -102,6 +103,8 @@ class MessageWidget(QFrame):
         head.addWidget(self.retry_button)
         head.addWidget(self.copy_button)
         head.addWidget(self.more_button)
+        for b in (self.copy_button, self.more_button, self.thinking_button):
+            b.setStyleSheet(FOCUS_RING)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(12, 8, 12, 8)
         layout.addLayout(head)

@@ -48,6 +48,7 @@ from app.compare_parts import (
 )
 from app.controller import REPAINT_MS, ChatController
 from app.rate_chart import RateChart
+from app.theme import FOCUS_RING
 from engine.drafts.copy_rates import DOUBT_PRIOR
 from engine.events import Event, Failed, Finished, RoundStats, Tokens
 from engine.service.compare import CompareSpec, Run, first_difference, rate_trajectory, summarise, verdict
@@ -155,6 +156,7 @@ class ComparePane(QWidget):
         self.details_button.setArrowType(Qt.ArrowType.RightArrow)
         self.details_button.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextBesideIcon)
         self.details_button.setAccessibleName("Show the details")
+        self.details_button.setStyleSheet(FOCUS_RING)
         self.speed_table = _table("Tokens per second by round")
         self.rows_table = _table("Draft rows by source")
         self.chart = RateChart()

@@ -20,6 +20,7 @@ from PySide6.QtGui import (
     QColor,
     QCursor,
     QDesktopServices,
+    QFocusEvent,
     QFont,
     QGuiApplication,
     QImage,
@@ -255,6 +256,14 @@ class MessageView(QTextBrowser):
     def wheelEvent(self, event: QWheelEvent) -> None:
         """Never scroll or zoom one message alone: the wheel belongs to the list around it."""
         event.ignore()
+
+    def focusInEvent(self, event: QFocusEvent) -> None:
+        super().focusInEvent(event)
+        self.setFrameShape(QFrame.Shape.Box)  # a message reached with Tab shows that it has the keyboard
+
+    def focusOutEvent(self, event: QFocusEvent) -> None:
+        super().focusOutEvent(event)
+        self.setFrameShape(QFrame.Shape.NoFrame)
 
     def keyPressEvent(self, event: QKeyEvent) -> None:
         """Page keys and Ctrl+Home / Ctrl+End scroll the whole chat, not a caret inside one message."""

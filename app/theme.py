@@ -79,3 +79,9 @@ class OriginLegend(QWidget):
         super().changeEvent(event)
         if event.type() in (QEvent.Type.PaletteChange, QEvent.Type.ApplicationPaletteChange):
             self._tint()
+
+
+# Flat and auto-raised buttons draw no frame, so keyboard focus on them showed nothing: a ring then.
+FOCUS_RING = ("QPushButton:flat:focus, QToolButton[autoRaise=\"true\"]:focus "
+              "{ border: 2px solid palette(highlight); border-radius: 4px; }")
+

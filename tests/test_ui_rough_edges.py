@@ -607,3 +607,25 @@ def test_any_message_can_be_edited_or_deleted_and_the_next_reply_reads_it(qtbot,
     wait_reply_saved(qtbot, w)
     sent = w.controller.service.engine.requests[-1].messages
     assert [m["content"] for m in sent] == ["first", "A corrected answer", "Echo: second", "third"]
+
+
+def test_keyboard_focus_shows_on_flat_buttons_and_messages(qtbot, make_window) -> None:
+    w = make_window()
+    qtbot.waitUntil(lambda: w.send_button.isEnabled())
+    send_and_wait(qtbot, w, "hello")
+    reply = w.chat.widgets[-1]
+    w.activateWindow()
+    for widget in (reply.copy_button, reply.more_button):
+        widget.clearFocus()
+        qtbot.wait(20)
+        before = widget.grab().toImage()
+        widget.setFocus(Qt.FocusReason.TabFocusReason)
+        qtbot.waitUntil(widget.hasFocus)
+        assert widget.grab().toImage() != before, widget.accessibleName()  # a ring shows where the keyboard is
+    view = reply.view
+    view.setFocus(Qt.FocusReason.TabFocusReason)
+    qtbot.waitUntil(view.hasFocus)
+    assert view.frameShape() == view.Shape.Box
+    w.composer.setFocus()
+    qtbot.waitUntil(lambda: not view.hasFocus())
+    assert view.frameShape() == view.Shape.NoFrame
