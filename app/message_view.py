@@ -259,7 +259,8 @@ class MessageView(QTextBrowser):
 
     def focusInEvent(self, event: QFocusEvent) -> None:
         super().focusInEvent(event)
-        self.setFrameShape(QFrame.Shape.Box)  # a message reached with Tab shows that it has the keyboard
+        if event.reason() in (Qt.FocusReason.TabFocusReason, Qt.FocusReason.BacktabFocusReason):
+            self.setFrameShape(QFrame.Shape.Box)  # a message reached with Tab shows that it has the keyboard
 
     def focusOutEvent(self, event: QFocusEvent) -> None:
         super().focusOutEvent(event)
