@@ -162,6 +162,9 @@ class SettingsDialog(QDialog):
         if not self.on_machine.accessibleName():
             self.on_machine.setAccessibleName("Models on this machine")
             self.on_machine.setMaximumHeight(self.fontMetrics().lineSpacing() * 6)
+            self.on_machine.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)  # long names elide
+            self.on_machine.setTextElideMode(Qt.TextElideMode.ElideMiddle)
+            self.on_machine.setMinimumWidth(self.fontMetrics().averageCharWidth() * 60)
             self.on_machine.itemActivated.connect(self._choose_local)
             self.on_machine.itemClicked.connect(self._choose_local)
         self.on_machine.clear()
