@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -83,7 +84,9 @@ def test_the_app_opens_on_x11_and_answers_what_is_typed(display: str, tmp_path: 
         title = wait_for(lambda: xdotool(env, "getwindowname", window).removesuffix(" — Lanes") != "Lanes"
                          and xdotool(env, "getwindowname", window), 30, "the window titled by the question")
         assert title == f"{question} — Lanes"
-        xdotool(env, "key", "ctrl+q")  # quits the normal way
+        xdotool(env, "key", "ctrl+comma")  # Settings, a modal dialog
+        wait_for(lambda: xdotool(env, "search", "--onlyvisible", "--name", "^Settings$"), 30, "the Settings dialog")
+        app.send_signal(signal.SIGTERM)  # as a logout or `kill` would: quits the normal way, dialog and all
         assert app.wait(60) == 0
     finally:
         if app.poll() is None:
