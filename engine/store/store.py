@@ -215,14 +215,10 @@ class Store(ComparisonRows):
         recallable: bool = _UNSET,
     ) -> Conversation:
         # updated_at is the last message's time (the sidebar's order): a rename or a setting moves nothing.
-        fields: dict[str, Any] = {}
-        for name, value in (("title", title), ("model", model), ("system_prompt", system_prompt)):
-            if value is not _UNSET:
-                fields[name] = value
-        if settings is not _UNSET:
-            fields["settings"] = dumps(dict(settings))
-        if recallable is not _UNSET:
-            fields["recallable"] = int(recallable)
+        given = {"title": title, "model": model, "system_prompt": system_prompt,
+                 "settings": settings if settings is _UNSET else dumps(dict(settings)),
+                 "recallable": recallable if recallable is _UNSET else int(recallable)}
+        fields = {k: v for k, v in given.items() if v is not _UNSET}
         if not fields:
             return self.conversation(conversation_id)
         sets = ", ".join(f"{k} = ?" for k in fields)
@@ -307,14 +303,12 @@ class Store(ComparisonRows):
 
     def delete_message(self, message_id: int) -> None:
         """Delete one message (the person's choice, anywhere in the conversation)."""
-        msg = self.message(message_id)
         with self.write():
+            self._touch(self.message(message_id).conversation_id, time.time())
             self.db.execute("DELETE FROM messages WHERE id = ?", (message_id,))
-            self._touch(msg.conversation_id, time.time())
 
     def delete_messages_after(self, message_id: int) -> int:
-        """Delete every message of the same conversation after ``message_id`` (a regenerate or an edit);
-        returns how many went."""
+        """Delete the conversation's messages after ``message_id`` (regenerate, edit); returns how many."""
         msg = self.message(message_id)
         with self.write():
             cur = self.db.execute("DELETE FROM messages WHERE conversation_id = ? AND id > ?",
