@@ -50,4 +50,4 @@ def test_a_model_without_a_usable_template_still_chats(loaded, template: str | N
         expected = model.tokenizer.apply_chat_template(fold_system(MESSAGES), add_generation_prompt=True)
     else:
         expected = model.tokenizer.encode(plain(MESSAGES))
-    assert sched.prompt_tokens(req) == list(expected)
+    assert sched.admission.render(req).tokens == list(expected)

@@ -97,7 +97,8 @@ class Scheduler:
         self.lanes = LaneCache(list(loaded.kinds))
         self.active: list[Stream] = []  # row i of self.lanes is self.active[i]
         self.joining: list[Joining] = []
-        self.waiting: list[Request] = []  # admitted in order once streams and KV memory have room
+        # Admitted in order once streams and KV memory have room, each with its prompt rendered once.
+        self.waiting: list[tuple[Request, Rendered]] = []
         self.round = 0
         self.forward_s = 0.0  # summed over rounds: forward passes
         self.host_s = 0.0  # summed over rounds: everything else in a round
@@ -109,9 +110,6 @@ class Scheduler:
         self.rounds_grouped, self.rounds_host, self.chunks_ridden = 0, 0, 0
 
     # -- requests ------------------------------------------------------------
-    def prompt_tokens(self, request: Request) -> list[int]:
-        return self.admission.render(request).tokens
-
     def submit(self, request: Request) -> None:
         """Validate (raising before any compute) and queue ``request`` for prefill, or, when the running
         streams leave no room (``engine.rounds.admission``), to wait: a ``Waiting`` event says why."""
@@ -120,7 +118,7 @@ class Scheduler:
             self.emit(Notice(request.id, admitted.rendered.notice))
         reason = self.admission.no_room(admitted.need, self._running())
         if reason is not None or self.waiting:
-            self.waiting.append(admitted.request)
+            self.waiting.append((admitted.request, admitted.rendered))
             self.emit(Waiting(request.id, reason or "waiting for earlier requests to start"))
             return
         self._join(admitted.request, admitted.rendered)
@@ -131,7 +129,7 @@ class Scheduler:
 
     def _admit_waiting(self) -> None:
         while self.waiting:
-            request, rendered = self.waiting[0], self.admission.render(self.waiting[0])
+            request, rendered = self.waiting[0]
             if self.admission.no_room(self.admission.reserve(len(rendered.tokens), request.max_tokens),
                                       self._running()) is not None:
                 return
@@ -160,10 +158,10 @@ class Scheduler:
             if j.stream.id == request_id:
                 j.stream.cancelled = True
                 return True
-        for request in self.waiting:
+        for request, rendered in self.waiting:
             if request.id == request_id:  # never started: it ends here, with nothing said
-                self.waiting.remove(request)
-                stream = Stream.start(request, self.prompt_tokens(request), self.loaded.family, self.tokenizer)
+                self.waiting.remove((request, rendered))
+                stream = Stream.start(request, rendered.tokens, self.loaded.family, self.tokenizer)
                 stream.stop_reason = "cancelled"
                 self._finish(stream, caches=None)
                 return True
