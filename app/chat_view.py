@@ -42,6 +42,7 @@ class MessageWidget(QFrame):
     continueRequested = Signal()
     editRequested = Signal(object)  # the Message
     deleteRequested = Signal(object)
+    versionRequested = Signal(object, int)  # the Message, the version to show
 
     def __init__(self, message: Message, spans_for: Callable[[Message], list[tuple[str, str]]],
                  show_origins: bool) -> None:
@@ -95,16 +96,31 @@ class MessageWidget(QFrame):
         more.addAction("Edit Message…", lambda: self.editRequested.emit(self.message))
         more.addAction("Delete Message…", lambda: self.deleteRequested.emit(self.message))
         self.more_button.setMenu(more)
+        # A regenerated or edited reply's versions: < 2/3 >, the earlier ones kept in the store.
+        self.older_button = QToolButton()
+        self.older_button.setText("‹")
+        self.older_button.setAccessibleName("Show the earlier version of this reply")
+        self.older_button.clicked.connect(lambda: self.versionRequested.emit(self.message, self.message.version - 1))
+        self.version_label = QLabel()
+        self.version_label.setStyleSheet("color: palette(placeholder-text); font-size: 11px;")
+        self.newer_button = QToolButton()
+        self.newer_button.setText("›")
+        self.newer_button.setAccessibleName("Show the later version of this reply")
+        self.newer_button.clicked.connect(lambda: self.versionRequested.emit(self.message, self.message.version + 1))
         head = QHBoxLayout()
         head.addWidget(self.who)
         head.addWidget(self.when)
         head.addStretch(1)
+        for w in (self.older_button, self.version_label, self.newer_button):
+            head.addWidget(w)
         head.addWidget(self.continue_button)
         head.addWidget(self.retry_button)
         head.addWidget(self.copy_button)
         head.addWidget(self.more_button)
-        for b in (self.copy_button, self.more_button, self.thinking_button):
+        for b in (self.copy_button, self.more_button, self.thinking_button, self.older_button, self.newer_button):
             b.setStyleSheet(FOCUS_RING)
+        for b in (self.older_button, self.newer_button):
+            b.setAutoRaise(True)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(12, 8, 12, 8)
         layout.addLayout(head)
@@ -136,6 +152,15 @@ class MessageWidget(QFrame):
         self.stats.setVisible(bool(text))
         self.retry_button.setVisible(message.status == "error")
         self.continue_button.setVisible(self.is_last and self.can_continue)
+        several = message.versions > 1
+        for w in (self.older_button, self.version_label, self.newer_button):
+            w.setVisible(several)
+        self.version_label.setText(f"{message.version}/{message.versions}")
+        self.version_label.setAccessibleName(f"Version {message.version} of {message.versions}")
+        self.older_button.setEnabled(message.version > 1)
+        self.newer_button.setEnabled(message.version < message.versions)
+        self.older_button.setToolTip(f"Version {message.version - 1} of {message.versions}")
+        self.newer_button.setToolTip(f"Version {message.version + 1} of {message.versions}")
 
     @property
     def can_continue(self) -> bool:
@@ -211,6 +236,7 @@ class ChatView(QScrollArea):
     continueRequested = Signal()
     editRequested = Signal(object)  # a Message
     deleteRequested = Signal(object)
+    versionRequested = Signal(object, int)
 
     def __init__(self) -> None:
         super().__init__()
@@ -277,6 +303,7 @@ class ChatView(QScrollArea):
         w.continueRequested.connect(self.continueRequested)
         w.editRequested.connect(self.editRequested)
         w.deleteRequested.connect(self.deleteRequested)
+        w.versionRequested.connect(self.versionRequested)
         self.column.insertWidget(self.column.count() - 1, w)
         if self.widgets:
             self.widgets[-1].set_last(False)

@@ -239,6 +239,9 @@ class ChatController(QObject):
         self.store_call(lambda s: s.update_message(message.id, content=text, tokens=None, origins=None,
                                                    tokens_model=None), lambda _r: on_done())
 
+    def show_version(self, message: Message, number: int, on_done: Callable[[], None]) -> None:
+        self.store_call(lambda s: s.show_version(message.id, number), lambda _r: on_done())
+
     def delete_message(self, message: Message, on_done: Callable[[], None]) -> None:
         self.store_call(lambda s: s.delete_message(message.id), lambda _r: (on_done(), self.conversationsChanged.emit()))
 

@@ -213,6 +213,7 @@ class MainWindow(QMainWindow):
         self.chat.continueRequested.connect(self.continue_reply)
         self.chat.editRequested.connect(self.edit_message)
         self.chat.deleteRequested.connect(self.delete_message)
+        self.chat.versionRequested.connect(self.show_version)
 
     # -- model -----------------------------------------------------------------------------------
     def _tick_loading(self) -> None:
@@ -409,6 +410,11 @@ class MainWindow(QMainWindow):
                 self.controller.edit_message(message, dialog.text(), self._reload)
         finally:
             self.edit_dialog = None
+
+    def show_version(self, message: Message, number: int) -> None:
+        """Show another version of a reply (and the message it answered, as it was then)."""
+        if self._idle("show another version"):
+            self.controller.show_version(message, number, self._reload)
 
     def delete_message(self, message: Message) -> None:
         if not self._idle("delete it"):

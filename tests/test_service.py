@@ -45,16 +45,22 @@ def test_two_replies_run_at_once_and_arrive_off_the_callers_thread(service: Chat
     assert kinds.count(ReplyBegun) == 2 and kinds.count(ReplySaved) == 2 and Tokens in kinds
 
 
-def test_resend_replaces_the_last_reply_and_edit_changes_the_question(service: ChatService) -> None:
+def test_resend_makes_a_new_version_of_the_reply_and_edit_changes_the_question(service: ChatService) -> None:
     conv = service.store.submit(lambda s: s.create_conversation().id).result()
     settings = ReplySettings(max_tokens=12)
     first = service.start_reply(conv, "Name a colour.", settings, lambda ev: None).done.result(timeout=120)
     again = service.start_reply(conv, None, settings, lambda ev: None, resend=True).done.result(timeout=120)
     assert again.content == first.content and again.created_at > first.created_at
+    assert (again.id, again.version, again.versions) == (first.id, 2, 2)
     edited = service.start_reply(conv, "Name a fruit.", settings, lambda ev: None, resend=True).done.result(
         timeout=120)
     msgs = service.store.submit(lambda s: s.messages(conv)).result()
     assert [(m.role, m.content) for m in msgs] == [("user", "Name a fruit."), ("assistant", edited.content)]
+    assert (msgs[1].version, msgs[1].versions) == (3, 3)
+    aside = service.store.submit(lambda s: s.versions(first.id)).result()
+    assert [(v.number, v.prompt, v.content, v.status) for v in aside] == [
+        (1, "Name a colour.", first.content, "complete"), (2, "Name a colour.", first.content, "complete")]
+    assert aside[0].tokens == first.tokens and aside[0].origins == first.origins
 
 
 def test_close_mid_reply_saves_it_partial_with_its_copy_history_and_joins(loaded, tmp_path: Path) -> None:

@@ -127,6 +127,18 @@ def test_regenerate_replaces_the_last_reply_and_edit_resends(qtbot, make_window,
     w.controller.edit_last(w.current, "two", w.prefs.reply_settings())
     qtbot.waitUntil(lambda: (m := last_reply(w)) is not None and m.content == "Echo: two" and m.status == "complete")
     assert [m.content for m in messages(tmp_path, w.current)] == ["two", "Echo: two"]
+    # Neither overwrote anything: the reply shows < 3/3 >, and the earlier ones come back with their question.
+    reply = w.chat.widgets[-1]
+    assert reply.version_label.isVisible() and reply.version_label.text() == "3/3"
+    assert reply.older_button.isEnabled() and not reply.newer_button.isEnabled()
+    qtbot.mouseClick(reply.older_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: w.chat.widgets[-1].version_label.text() == "2/3")
+    qtbot.mouseClick(w.chat.widgets[-1].older_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: w.chat.widgets[-1].version_label.text() == "1/3")
+    assert [x.message.content for x in w.chat.widgets] == ["one", "Echo: one"]
+    assert [m.content for m in messages(tmp_path, w.current)] == ["one", "Echo: one"]
+    assert not w.chat.widgets[-1].older_button.isEnabled()
+    assert not w.chat.widgets[0].version_label.isVisible()  # the switcher sits on the reply alone
 
 
 def test_delete_asks_first(qtbot, make_window, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

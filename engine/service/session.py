@@ -179,7 +179,8 @@ class ChatSession:
         return self._submit(conv, user, history, settings or ReplySettings())
 
     def resend(self, conversation_id: int, text: str | None = None, settings: ReplySettings | None = None) -> Reply:
-        """Answer the conversation's last user message again: the replies after it are deleted first.
+        """Answer the conversation's last user message again, as a new version of its reply: the reply
+        is kept as an earlier version (with the message as it was), anything after it is deleted.
 
         With ``text`` the message is edited before it is resent ("edit and resend"); without, this is
         "regenerate the last reply".
@@ -193,13 +194,17 @@ class ChatSession:
         if text is not None and not text.strip():
             raise LanesError("the message is empty")  # before anything is deleted
         tokens = self.engine.encode(text) if text is not None else None
+        reply = next((m for m in messages[users[-1] + 1:] if m.role == "assistant"), None)
         with self.store.write():
-            self.store.delete_messages_after(last.id)
+            self.store.delete_messages_after(last.id if reply is None else reply.id)
+            if reply is not None:
+                self.store.new_version(reply.id)
             if text is not None:
                 self.store.update_message(last.id, content=text, tokens=tokens, tokens_model=self.model)
         last = self.store.message(last.id)
         history = request_messages(conv, messages[: users[-1]])
-        return self._submit(conv, last, history, settings or ReplySettings())
+        return self._submit(conv, last, history, settings or ReplySettings(),
+                            into=None if reply is None else self.store.message(reply.id))
 
     def continue_last(self, conversation_id: int, settings: ReplySettings | None = None) -> Reply:
         """Carry on writing the conversation's last reply where it stopped (the length limit, Stop,
@@ -216,8 +221,10 @@ class ChatSession:
                             continues=last)
 
     def _submit(self, conv: Conversation, user: Message, history: list[dict[str, str]],
-                settings: ReplySettings, continues: Message | None = None) -> Reply:
-        assistant = continues or self.store.add_message(conv.id, "assistant", "", status="partial")
+                settings: ReplySettings, continues: Message | None = None, into: Message | None = None) -> Reply:
+        """Submit the reply to ``user``: a new message, ``into`` an emptied one (a new version), or
+        more of ``continues``."""
+        assistant = continues or into or self.store.add_message(conv.id, "assistant", "", status="partial")
         before = self.store.copy_history(conv.id)
         tail = ({"role": "assistant", "content": continues.content},) if continues is not None else ()
         request = Request(

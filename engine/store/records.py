@@ -97,6 +97,25 @@ class Message:
     tokens_model: str | None = None
     created_at: float = 0.0
     updated_at: float = 0.0
+    version: int = 1  # which of its versions this row holds (regenerate, edit and resend make more)
+    versions: int = 1  # how many there are
+
+
+@dataclass(frozen=True)
+class MessageVersion:
+    """A reply's version that is not the one shown (``store.versions``), with the user message it answered."""
+
+    message_id: int
+    number: int
+    prompt: str | None  # the user message before it as it was then (None: there was none)
+    content: str
+    status: Status
+    error: str | None = None
+    stats: Mapping[str, Any] | None = None
+    origins: tuple[str, ...] | None = None
+    tokens: tuple[int, ...] | None = None
+    tokens_model: str | None = None
+    created_at: float = 0.0
 
 
 @dataclass(frozen=True)

@@ -113,5 +113,27 @@ CREATE TABLE comparison_runs (
 ) WITHOUT ROWID;
 """
 
-MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3)
+# v4: a reply's earlier versions (regenerate, edit and resend), browsable as < 1/2 >. The message row
+# holds the version shown (its number in messages.version), so every reader of messages (the next
+# prompt, Recall, search, exports) sees that one; the others wait here with the user message each
+# answered (an edit changed it). Showing another version swaps it with the row's.
+_V4 = """
+ALTER TABLE messages ADD COLUMN version INTEGER NOT NULL DEFAULT 1 CHECK (version >= 1);
+CREATE TABLE message_versions (
+    message_id INTEGER NOT NULL REFERENCES messages (id) ON DELETE CASCADE,
+    number INTEGER NOT NULL CHECK (number >= 1),
+    prompt TEXT,
+    content TEXT NOT NULL DEFAULT '',
+    status TEXT NOT NULL CHECK (status IN ('complete', 'partial', 'cancelled', 'error')),
+    error TEXT,
+    stats TEXT,
+    origins TEXT,
+    tokens BLOB,
+    tokens_model TEXT,
+    created_at REAL NOT NULL,
+    PRIMARY KEY (message_id, number)
+) WITHOUT ROWID;
+"""
+
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4)
 LATEST = len(MIGRATIONS)

@@ -37,6 +37,7 @@ from engine.errors import NotFoundError
 from engine.store import paths
 from engine.store.comparison_rows import ComparisonRows
 from engine.store.db import open_database
+from engine.store.message_versions import MESSAGE_COLUMNS, VersionRows
 from engine.store.records import (
     ROLES,
     STATUSES,
@@ -89,10 +90,11 @@ def _message(row: Mapping[str, Any]) -> Message:
         status=row["status"], error=row["error"], stats=loads(row["stats"]),
         origins=unpack_origins(row["origins"]), tokens=unpack_tokens(row["tokens"]),
         tokens_model=row["tokens_model"], created_at=row["created_at"], updated_at=row["updated_at"],
+        version=row["version"], versions=row["versions"],
     )
 
 
-class Store(ComparisonRows):
+class Store(ComparisonRows, VersionRows):
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
         self._lock = threading.RLock()
@@ -324,7 +326,7 @@ class Store(ComparisonRows):
             raise NotFoundError(f"no message {message_id} in {self.path}")
 
     def message(self, message_id: int) -> Message:
-        rows = list(self.db.query("SELECT * FROM messages WHERE id = ?", (message_id,)))
+        rows = list(self.db.query(f"SELECT {MESSAGE_COLUMNS} FROM messages m WHERE id = ?", (message_id,)))
         if not rows:
             raise NotFoundError(f"no message {message_id} in {self.path}")
         return _message(rows[0])
@@ -332,7 +334,8 @@ class Store(ComparisonRows):
     def messages(self, conversation_id: int) -> list[Message]:
         """A conversation's messages in order."""
         self.conversation(conversation_id)  # NotFoundError for a wrong id, not an empty list
-        rows = self.db.query("SELECT * FROM messages WHERE conversation_id = ? ORDER BY id", (conversation_id,))
+        rows = self.db.query(f"SELECT {MESSAGE_COLUMNS} FROM messages m WHERE conversation_id = ? ORDER BY id",
+                             (conversation_id,))
         return [_message(r) for r in rows]
 
     def _touch(self, conversation_id: int, when: float) -> None:
@@ -355,13 +358,10 @@ class Store(ComparisonRows):
         now = time.time()
         with self.write():
             self.db.execute("DELETE FROM copy_history WHERE conversation_id = ?", (conversation_id,))
-            for source, counts in snapshot.items():
-                self.db.execute(
-                    "INSERT INTO copy_history (conversation_id, source, accepted, tested, updated_at)"
-                    " VALUES (?, ?, ?, ?, ?)",
-                    (conversation_id, source, float(counts.get("accepted", 0.0)),
-                     float(counts.get("tested", 0.0)), now),
-                )
+            self.db.conn.executemany(
+                "INSERT INTO copy_history (conversation_id, source, accepted, tested, updated_at) VALUES (?, ?, ?, ?, ?)",
+                [(conversation_id, source, float(c.get("accepted", 0.0)), float(c.get("tested", 0.0)), now)
+                 for source, c in snapshot.items()])
 
     # -- settings --------------------------------------------------------------
     def setting(self, key: str, default: Any = None) -> Any:
@@ -445,6 +445,6 @@ class Store(ComparisonRows):
 
 
 # Every public method runs under the Store's lock (write(), durable() and run() take it themselves).
-for _name, _method in [*vars(ComparisonRows).items(), *vars(Store).items()]:
+for _name, _method in [*vars(ComparisonRows).items(), *vars(VersionRows).items(), *vars(Store).items()]:
     if not _name.startswith("_") and inspect.isfunction(_method) and _name not in ("write", "snapshot", "durable", "run"):
         setattr(Store, _name, _locked(_method))

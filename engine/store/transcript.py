@@ -1,22 +1,32 @@
 """Conversations out of and into the store as lossless JSON (``render.py`` makes Markdown and HTML).
 
 JSON is the exchange format (``lanes export --format json`` / ``lanes import``): importing a document
-gives back the same conversation, everything but database ids.
+gives back the same conversation, everything but database ids. Version 2 added each reply's earlier
+versions (``version``, ``versions``); version 1 documents are read as replies with one version.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from engine.errors import LanesError
-from engine.store.records import ROLES, STATUSES, ComparisonRun, Conversation, pack_origins, unpack_origins
+from engine.store.records import (
+    ROLES,
+    STATUSES,
+    ComparisonRun,
+    Conversation,
+    Message,
+    MessageVersion,
+    pack_origins,
+    unpack_origins,
+)
 from engine.store.store import Store
 
 FORMAT = "lanes-conversation"
-VERSION = 1
+VERSION = 2
 SIDES: tuple[str, ...] = ("off", "on", "plain")  # engine.service.compare.SIDES; the store's CHECK on comparison_runs
 _ORIGIN_LETTERS = "mcr"  # records.pack_origins: m(odel), c(ontext), r(ecall)
 _INT32 = (-(2**31), 2**31 - 1)
@@ -33,6 +43,7 @@ def conversation_to_json(store: Store, conversation_id: int) -> dict[str, Any]:
     with store.snapshot():
         conv = store.conversation(conversation_id)
         messages = store.messages(conversation_id)
+        versions = {m.id: store.versions(m.id) for m in messages if m.versions > 1}
         history = store.copy_history(conversation_id)
         comparisons = store.comparisons(conversation_id)
     return {
@@ -43,14 +54,7 @@ def conversation_to_json(store: Store, conversation_id: int) -> dict[str, Any]:
             "settings": dict(conv.settings), "recallable": conv.recallable,
             "created_at": conv.created_at, "updated_at": conv.updated_at,
         },
-        "messages": [
-            {
-                "role": m.role, "content": m.content, "status": m.status, "error": m.error, "stats": m.stats,
-                "origins": pack_origins(m.origins), "tokens": _list(m.tokens), "tokens_model": m.tokens_model,
-                "created_at": m.created_at, "updated_at": m.updated_at,
-            }
-            for m in messages
-        ],
+        "messages": [_message_out(m, versions.get(m.id, ())) for m in messages],
         "copy_history": history,
         "comparisons": [
             {
@@ -67,6 +71,20 @@ def conversation_to_json(store: Store, conversation_id: int) -> dict[str, Any]:
                 ],
             }
             for c in comparisons
+        ],
+    }
+
+
+def _message_out(m: Message, versions: Sequence[MessageVersion]) -> dict[str, Any]:
+    return {
+        "role": m.role, "content": m.content, "status": m.status, "error": m.error, "stats": m.stats,
+        "origins": pack_origins(m.origins), "tokens": _list(m.tokens), "tokens_model": m.tokens_model,
+        "created_at": m.created_at, "updated_at": m.updated_at, "version": m.version,
+        "versions": [  # the others, each with the user message it answered as it was then
+            {"number": v.number, "prompt": v.prompt, "content": v.content, "status": v.status, "error": v.error,
+             "stats": v.stats, "origins": pack_origins(v.origins), "tokens": _list(v.tokens),
+             "tokens_model": v.tokens_model, "created_at": v.created_at}
+            for v in versions
         ],
     }
 
@@ -198,13 +216,38 @@ def _reply(m: Any, f: str) -> dict[str, Any]:
 
 def _message(v: Any, f: str) -> dict[str, Any]:
     m = _object(v, f)
-    return {
+    out = {
         "role": _field(m, "role", f, _choice(ROLES)),
         **_reply(m, f),
         "tokens_model": _field(m, "tokens_model", f, _optional(_text), None),
         "created_at": _field(m, "created_at", f, _number, None),
         "updated_at": _field(m, "updated_at", f, _number, None),
+        "version": _field(m, "version", f, _number_from(1), 1),
+        "versions": [_version(x, f"{f}.versions[{i}]") for i, x in enumerate(_field(m, "versions", f, _array, []))],
     }
+    numbers = [out["version"], *(x.number for x in out["versions"])]
+    if sorted(numbers) != list(range(1, len(numbers) + 1)):
+        raise _Invalid(f"{f}.versions", f"numbers {sorted(numbers)} (with {f}.version) must be 1 to {len(numbers)},"
+                       " each once")
+    return out
+
+
+def _number_from(low: int) -> Check:
+    def check(v: Any, f: str) -> int:
+        if isinstance(v, bool) or not isinstance(v, int) or not low <= v <= _INT32[1]:
+            raise _Invalid(f, f"must be a whole number from {low} (got {json.dumps(v)})")
+        return v
+
+    return check
+
+
+def _version(v: Any, f: str) -> MessageVersion:
+    x = _object(v, f)
+    reply = _reply(x, f)
+    return MessageVersion(0, _field(x, "number", f, _number_from(1)), _field(x, "prompt", f, _optional(_text), None),
+                          reply["content"], reply["status"], reply["error"], reply["stats"], reply["origins"],
+                          reply["tokens"], _field(x, "tokens_model", f, _optional(_text), None),
+                          _field(x, "created_at", f, _number, 0.0))
 
 
 def _rate(v: Any, f: str) -> dict[str, Any]:
@@ -302,7 +345,10 @@ def import_conversation(store: Store, data: Mapping[str, Any], source: str) -> C
     with store.write():
         new = store.create_conversation(**conv)
         for m in doc["messages"]:
-            store.add_message(new.id, **m)
+            shown, versions = m.pop("version"), m.pop("versions")
+            added = store.add_message(new.id, **m)
+            if versions:
+                store.add_versions(added.id, shown, versions)
         if doc["copy_history"]:
             store.save_copy_history(new.id, doc["copy_history"])
         for c in doc["comparisons"]:

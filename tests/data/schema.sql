@@ -1,4 +1,4 @@
--- user_version 3, application_id 0x4c414e45
+-- user_version 4, application_id 0x4c414e45
 CREATE INDEX comparisons_by_conversation ON comparisons (conversation_id, id);
 CREATE INDEX conversations_by_update ON conversations (updated_at DESC, id DESC);
 CREATE INDEX messages_by_conversation ON messages (conversation_id, id);
@@ -46,6 +46,20 @@ CREATE TABLE copy_history (
     updated_at REAL NOT NULL,
     PRIMARY KEY (conversation_id, source)
 ) WITHOUT ROWID;
+CREATE TABLE message_versions (
+    message_id INTEGER NOT NULL REFERENCES messages (id) ON DELETE CASCADE,
+    number INTEGER NOT NULL CHECK (number >= 1),
+    prompt TEXT,
+    content TEXT NOT NULL DEFAULT '',
+    status TEXT NOT NULL CHECK (status IN ('complete', 'partial', 'cancelled', 'error')),
+    error TEXT,
+    stats TEXT,
+    origins TEXT,
+    tokens BLOB,
+    tokens_model TEXT,
+    created_at REAL NOT NULL,
+    PRIMARY KEY (message_id, number)
+) WITHOUT ROWID;
 CREATE TABLE messages (
     id INTEGER PRIMARY KEY,
     conversation_id INTEGER NOT NULL REFERENCES conversations (id) ON DELETE CASCADE,
@@ -60,7 +74,7 @@ CREATE TABLE messages (
     tokens_model TEXT,
     created_at REAL NOT NULL,
     updated_at REAL NOT NULL
-);
+, version INTEGER NOT NULL DEFAULT 1 CHECK (version >= 1));
 CREATE VIRTUAL TABLE messages_fts USING fts5 (
     content, content = 'messages', content_rowid = 'id', tokenize = 'unicode61 remove_diacritics 2',
     prefix = '1'
