@@ -96,7 +96,11 @@ class MainWindow(QMainWindow):
         split.addWidget(right)
         split.setStretchFactor(1, 1)
         split.setSizes([280, 820])
+        split.setCollapsible(1, False)  # the chat never disappears; the sidebar may (drag or View menu)
+        split.splitterMoved.connect(lambda _pos, _i: self._sidebar_dragged())
+        self.split = split
         self.setCentralWidget(split)
+        self.sidebar.setVisible(prefs.show_sidebar)
 
         self.model_label = QLabel("Loading model…")
         self.model_label.setAccessibleName("Model status")
@@ -167,7 +171,7 @@ class MainWindow(QMainWindow):
             self._action("&Edit", text, lambda _checked=False, slot=slot: self._edit(slot), key)
         self._menus["&Edit"].addSeparator()
         self._action("&Edit", "Copy Last Reply", self.copy_last_reply, "Ctrl+Shift+Y")
-        self._action("&Edit", "Search Conversations", self.sidebar.focus_search, sk.Find)
+        self._action("&Edit", "Search Conversations", self.search_conversations, sk.Find)
         self.stop_action = self._action("&Conversation", "Stop Reply", self.stop, "Esc")
         self.regenerate_action = self._action("&Conversation", "Regenerate Last Reply", self.regenerate, "Ctrl+R")
         self._action("&Conversation", "Edit Last Message…", self.edit_last, "Ctrl+Shift+R")
@@ -179,6 +183,9 @@ class MainWindow(QMainWindow):
         self.origins_action = self._action("&View", "Colour Tokens by Origin", self.toggle_origins, "Ctrl+Shift+O")
         self.origins_action.setCheckable(True)
         self.origins_action.setChecked(self.prefs.show_origins)
+        self.sidebar_action = self._action("&View", "Show Sidebar", self.show_sidebar, "Ctrl+Alt+S")
+        self.sidebar_action.setCheckable(True)
+        self.sidebar_action.setChecked(self.prefs.show_sidebar)
         self._menus["&View"].addSeparator()
         zoom_in = self._action("&View", "Zoom In", lambda: self.zoom(ZOOM_STEP), sk.ZoomIn)
         zoom_in.setShortcuts([QKeySequence(sk.ZoomIn), QKeySequence("Ctrl+=")])  # = is + unshifted
@@ -538,6 +545,26 @@ class MainWindow(QMainWindow):
         apply_text_scale([self.chat, self.composer], scale)
         self.statusBar().showMessage(f"Text size {scale:.0%}", 2000)
         self.save_prefs()
+
+    def show_sidebar(self, on: bool) -> None:
+        """Show or hide the conversation list (the chat takes the room); Search brings it back."""
+        self.prefs.show_sidebar = on
+        self.sidebar.setVisible(on)
+        if on and self.split.sizes()[0] == 0:  # dragged shut earlier: open it at its usual width
+            self.split.setSizes([280, max(1, self.split.width() - 280)])
+        if self.sidebar_action.isChecked() != on:
+            self.sidebar_action.setChecked(on)
+        self.save_prefs()
+
+    def search_conversations(self) -> None:
+        if not self.sidebar.isVisible():
+            self.show_sidebar(True)
+        self.sidebar.focus_search()
+
+    def _sidebar_dragged(self) -> None:
+        shown = self.split.sizes()[0] > 0
+        if shown != self.prefs.show_sidebar:
+            self.show_sidebar(shown)
 
     def toggle_origins(self, on: bool) -> None:
         self.prefs.show_origins = on

@@ -60,6 +60,7 @@ class Preferences:
     export_dir: str | None = None  # the folder of the last export: the next one starts there
     theme: str = "system"  # "system" | "light" | "dark" (app/appearance.py)
     text_scale: float = 1.0  # the chat's text size, View > Zoom In / Out
+    show_sidebar: bool = True  # View > Show Sidebar
 
     def reply_settings(self) -> ReplySettings:
         """The engine's settings for a new reply ("family" leaves own copy rates to the model family)."""
@@ -213,6 +214,7 @@ _FIELD_TYPES: dict[str, tuple[Callable[[Any], bool], Callable[[Any], Any], str]]
     "export_dir": (lambda v: v is None or isinstance(v, str), lambda v: v or None, "text or null"),
     "theme": (lambda v: isinstance(v, str), str, "text"),
     "text_scale": (_is_number, float, "a number"),
+    "show_sidebar": (lambda v: isinstance(v, bool), bool, "true or false"),
 }
 
 

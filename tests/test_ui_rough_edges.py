@@ -629,3 +629,42 @@ def test_keyboard_focus_shows_on_flat_buttons_and_messages(qtbot, make_window) -
     w.composer.setFocus()
     qtbot.waitUntil(lambda: not view.hasFocus())
     assert view.frameShape() == view.Shape.NoFrame
+
+
+def test_the_sidebar_hides_and_comes_back_and_search_brings_it_back(qtbot, make_window, tmp_path: Path) -> None:
+    from app.preferences import load_preferences
+
+    w = make_window()
+    show = w.sidebar_action
+    assert show.isChecked() and w.sidebar.isVisible() and show.shortcut() == QKeySequence("Ctrl+Alt+S")
+    chat_width = w.chat.width()
+    show.trigger()
+    assert not w.sidebar.isVisible()
+    qtbot.waitUntil(lambda: w.chat.width() > chat_width)  # the chat takes the room
+    assert load_preferences(tmp_path / "prefs.json")[0].show_sidebar is False
+    w.search_conversations()  # Ctrl+F with the sidebar hidden
+    assert w.sidebar.isVisible() and show.isChecked() and w.sidebar.search.hasFocus()
+    w.split.setSizes([0, w.split.width()])  # dragged shut
+    w.split.splitterMoved.emit(0, 1)
+    assert not w.sidebar.isVisible() and not show.isChecked()
+    show.trigger()
+    assert w.sidebar.isVisible() and w.split.sizes()[0] > 0
+
+
+def test_at_a_small_size_the_statistics_line_sits_below_the_last_code_line(qtbot) -> None:
+    from app.chat_view import MessageWidget
+    from engine.store.records import Message
+
+    text = "Here:\n\n```python\n" + "\n".join(f"value_{i} = compute_something_long({i}, {i * 2})" for i in range(6)) + "\n```"
+    m = Message(1, 1, "assistant", text, stats={"reason": "eos", "generated": 40, "seconds": 1.0,
+                                                 "tokens_per_s": 40.0}, origins=("model",) * 40)
+    w = MessageWidget(m, lambda msg: [(msg.content, "model")], False)
+    qtbot.addWidget(w)
+    for width in (260, 420, 900):
+        w.resize(width, 10)
+        w.show()
+        w.adjustSize()
+        qtbot.wait(20)
+        assert w.stats.isVisible() and w.stats.text()
+        assert w.stats.geometry().top() >= w.view.geometry().bottom(), width
+        assert w.view.geometry().height() >= w.view.document().size().height() - 2, width  # nothing clipped
