@@ -4,8 +4,11 @@ Seeds a temporary data folder with a few conversations through the real window a
 (greedy, so every run writes the same replies), shows the one where a function is written and then
 edited (so copying from the conversation shows), and saves at 1200x800:
 
-- ``main-window.png``: replies as Markdown, code coloured;
+- ``main-window.png``: replies as Markdown, code coloured, the context meter in the header;
 - ``main-window-origins.png``: the same with "Colour Tokens by Origin" on;
+- ``reply-versions.png``: the last reply regenerated, its versions browsable (< 2/2 >);
+- ``reading.png``: a long message being read before the reply starts (prefill progress);
+- ``settings-models.png``: Settings with the models on this machine;
 - ``compare-pane.png``: the comparison pane after an A/B of a copy-friendly request (2 repeats).
 
 Offscreen by default (``QT_QPA_PLATFORM=offscreen`` unless set otherwise).
@@ -15,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 import tempfile
 from collections.abc import Callable, Sequence
@@ -26,7 +30,12 @@ from engine.model.machine import drop_mlx_streams
 
 SIZE = (1200, 800)
 MAX_TOKENS = 200
-FILES = ("main-window.png", "main-window-origins.png", "compare-pane.png")
+FILES = ("main-window.png", "main-window-origins.png", "reply-versions.png", "reading.png", "settings-models.png",
+         "compare-pane.png")
+# A long message (about 1,500 tokens) that takes the CPU a few seconds to read: the reading.png state.
+LONG_MESSAGE = "Summarise these notes in one sentence.\n\n" + " ".join(
+    f"Note {i}: the lighthouse keeper logged the wind, the tide and the passing ships at {i % 12 + 1} o'clock."
+    for i in range(60))
 COMPARE_PROMPT = ("Repeat this list exactly, then again in reverse order: apples, pears, plums, cherries, "
                   "grapes, melons.")
 
@@ -45,7 +54,7 @@ def render_screenshots(out: Path, *, engine_factory: Callable[[str | None], Any]
                        data_dir: Path | None = None, max_tokens: int = MAX_TOKENS,
                        conversations: Sequence[Sequence[str]] = CONVERSATIONS,
                        timeout_s: float = 600.0) -> list[Path]:
-    """Seed the conversations, show the last one and save the two PNGs in ``out``; returns their paths.
+    """Seed the conversations, show the last one and save the PNGs (``FILES``) in ``out``; returns their paths.
 
     ``engine_factory`` defaults to ``engine.rounds.engine_thread.Engine``; ``data_dir`` (default a temporary folder,
     removed after) receives the database and the preferences file."""
@@ -97,19 +106,62 @@ def _render(app: Any, out: Path, folder: Path, engine_factory: Callable[[str | N
         window.open_conversation(shown)
         wait_until(lambda: window.current == shown and bool(window.chat.widgets), 30, "the conversation to open")
         settle(0.4)
-        paths = [out / FILES[0], out / FILES[1]]
+        paths = [out / name for name in FILES]
         _save(window, paths[0])
         window.toggle_origins(True)
         window.origins_action.setChecked(True)
         settle(0.4)
         _save(window, paths[1])
-        paths.append(_compare(window, out / FILES[2], timeout_s))
+        window.origins_action.setChecked(False)
+        window.toggle_origins(False)
+        before = len(finished)
+        window.regenerate()
+        wait_until(lambda: len(finished) > before and not controller.generating(), timeout_s, "the regenerated reply")
+        wait_until(lambda: window.chat.widgets[-1].version_label.isVisible(), 30, "the versions to show")
+        settle(0.4)
+        _save(window, paths[2])
+        _reading(window, paths[3], finished, timeout_s)
+        _settings(window, paths[4])
+        _compare(window, paths[5], timeout_s)
         return paths
     finally:
         window.close()  # controller.close(): joins every thread
         app.processEvents()
         window.deleteLater()
         app.processEvents()
+
+
+def _reading(window: Any, path: Path, finished: list[int], timeout_s: float) -> None:
+    """Send a long message, save the window while its reply reads it, then stop the reply."""
+    from app.bench_ui import settle, wait_until
+
+    window.new_conversation()
+    before = len(finished)
+    window.send(LONG_MESSAGE)
+
+    def read_share() -> int | None:  # the bubble's "(NN%)" while it reads; None before and after
+        text = window.chat.widgets[-1].stats.text() if window.chat.widgets else ""
+        found = re.search(r"\((\d+)%\)", text) if text.startswith("Reading") else None
+        return int(found.group(1)) if found else None
+
+    wait_until(lambda: read_share() is not None, timeout_s, "the long message to be read")
+    wait_until(lambda: (read_share() or 100) >= 10, timeout_s, "a tenth of it read")  # progress, not 0%
+    _save(window, path)
+    window.stop()
+    wait_until(lambda: len(finished) > before and not window.controller.generating(), timeout_s, "the stop")
+    settle(0.2)
+
+
+def _settings(window: Any, path: Path) -> None:
+    """Settings as it opens: the models on this machine listed under the model fields."""
+    from app.bench_ui import settle
+    from app.settings_dialog import SettingsDialog
+
+    dialog = SettingsDialog(window.prefs, window)
+    dialog.show()
+    settle(0.4)
+    _save(dialog, path, None)
+    dialog.reject()
 
 
 def _compare(window: Any, path: Path, timeout_s: float) -> Path:
@@ -131,12 +183,13 @@ def _compare(window: Any, path: Path, timeout_s: float) -> Path:
     return path
 
 
-def _save(window: Any, path: Path) -> None:
+def _save(window: Any, path: Path, size: tuple[int, int] | None = SIZE) -> None:
+    """Save ``window`` as a PNG, scaled to ``size`` where a high-DPI screen grabbed more pixels."""
     image = window.grab().toImage()
-    if (image.width(), image.height()) != SIZE:  # a high-DPI screen: scale back to the documented size
+    if size is not None and (image.width(), image.height()) != size:
         from PySide6.QtCore import Qt
 
-        image = image.scaled(*SIZE, Qt.AspectRatioMode.IgnoreAspectRatio,
+        image = image.scaled(*size, Qt.AspectRatioMode.IgnoreAspectRatio,
                              Qt.TransformationMode.SmoothTransformation)
     if not image.save(str(path)):
         raise OSError(f"could not write {path}")

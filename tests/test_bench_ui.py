@@ -64,13 +64,21 @@ def test_the_stall_benchmark_runs_two_replies_at_once(qapp, engine_factory, tmp_
         assert [m.role for m in backup] == ["user", "assistant", "user", "assistant"]  # earlier turns seeded
 
 
-def test_screenshots_are_1200_by_800(qapp, engine_factory, tmp_path: Path) -> None:
+def test_screenshots_show_each_state_at_1200_by_800(qapp, engine_factory, tmp_path: Path) -> None:
     conversations = (("Name a colour.",), ("Write a Python function `is_even(n)` in a ```python block.",))
     paths = render_screenshots(tmp_path / "shots", engine_factory=engine_factory, data_dir=tmp_path / "data",
                                max_tokens=40, conversations=conversations)
     assert [p.name for p in paths] == list(FILES)
-    for path in paths:
-        image = QImage(str(path))
-        assert not image.isNull(), path
-        assert (image.width(), image.height()) == SIZE
-    assert QImage(str(paths[0])) != QImage(str(paths[1]))  # the origin legend and tints show
+    images = {p.name: QImage(str(p)) for p in paths}
+    for name, image in images.items():
+        assert not image.isNull(), name
+        if name != "settings-models.png":  # a dialog at its own size
+            assert (image.width(), image.height()) == SIZE, name
+    assert images["main-window.png"] != images["main-window-origins.png"]  # the origin legend and tints show
+    assert images["main-window.png"] != images["reply-versions.png"]  # < 2/2 > on the regenerated reply
+    with Store(tmp_path / "data" / "lanes.db") as store:
+        convs = store.list_conversations()
+        shown = store.messages(convs[1].id)  # the regenerated one; the long message came after it
+        assert (shown[-1].version, shown[-1].versions) == (2, 2)
+        long = store.messages(convs[0].id)
+        assert long[-1].status == "cancelled" and long[0].content.startswith("Summarise")
