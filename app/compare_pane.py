@@ -5,7 +5,8 @@ median, spread and ratio, draft rows by source, and the "on" run's copy rate per
 The engine side (``engine/service/compare.py``, run by ``ChatService.start_comparison``) makes it fair: each
 run is a fresh stream from the same copy history and Recall, one at a time, the order alternated
 over the repeats. Results are saved by the store; the pane lists past ones (newest first) and exports
-the shown one as the seed's Markdown A/B table (``engine.service.compare.ab_table``) or as JSON.
+the shown one as Markdown or JSON. Every table, ratio and sentence here comes from the comparison's
+A/B report (``engine.store.ab_report.ABReport``), the same one ``lanes compare`` and transcripts show.
 """
 
 from __future__ import annotations
@@ -42,18 +43,17 @@ from app.compare_parts import (
     markdown_report,
     marked_spans,
     past_label,
-    repeats_of,
     run_spans,
-    sides_of,
 )
 from app.controller import REPAINT_MS, ChatController
 from app.rate_chart import RateChart
 from app.theme import FOCUS_RING
 from engine.drafts.copy_rates import DOUBT_PRIOR
 from engine.events import Event, Failed, Finished, RoundStats, Tokens
-from engine.service.compare import CompareSpec, Run, first_difference, rate_trajectory, summarise, verdict
-from engine.service.comparisons import runs_of
+from engine.service.compare import CompareSpec, rate_trajectory
+from engine.service.comparisons import report_of
 from engine.service.spans import origin_spans
+from engine.store.ab_report import ABReport, Run
 from engine.store.records import Comparison
 
 
@@ -298,7 +298,7 @@ class ComparePane(QWidget):
             col.speed.setText("–")
             col.showing.setText("waiting")
             col.set_results([])
-        self._show_results([], spec.sides, spec.repeats)
+        self._show_results(ABReport.of([], spec.sides, spec.repeats))
         wait = "" if self.controller.info is not None else " (waiting for the model)"
         self.status.setText(f"Running {spec.repeats} repeat(s) of {', '.join(spec.sides)}, one run at a time, "
                             f"the order alternating{wait}…")
@@ -353,7 +353,7 @@ class ComparePane(QWidget):
         col = self.columns.get(run.side)
         if col is not None:
             col.set_results([r for r in self.runs if r.side == run.side])
-        self._show_results(self.runs, self.spec.sides, self.spec.repeats)
+        self._show_results(ABReport.of(self.runs, self.spec.sides, self.spec.repeats))
 
     @Slot(object)
     def _saved(self, comparison: Comparison) -> None:
@@ -377,24 +377,26 @@ class ComparePane(QWidget):
     def show_comparison(self, c: Comparison) -> None:
         """Show a finished comparison: each side's last run, its results, the first difference."""
         self.shown = c
-        runs, sides = runs_of(c), sides_of(c)
-        self._ensure_columns(sides)
+        report = report_of(c)
+        self._ensure_columns(report.sides)
+        by = {s.side: s for s in report.summaries}
         for side, col in self.columns.items():
-            mine = sorted((r for r in runs if r.side == side), key=lambda r: r.repeat)
+            mine = sorted((r for r in report.runs if r.side == side), key=lambda r: r.repeat)
             col.set_results(mine)
-            col.speed.setText(f"{summarise(mine, [side])[0].median:.1f} tok/s (median)" if mine else "–")
-            col.showing.setText(f"repeat {mine[-1].repeat + 1} of {repeats_of(c)} · {mine[-1].status}" if mine else "")
+            s = by.get(side)
+            col.speed.setText(f"{s.median:.1f} tok/s (median)" if s is not None and s.tok_s else "–")
+            col.showing.setText(f"repeat {mine[-1].repeat + 1} of {report.repeats} · {mine[-1].status}" if mine else "")
             col.view.show_spans(run_spans(self.controller.decode, mine[-1]) if mine else [])
-        self._show_results(runs, sides, repeats_of(c))
-        self._mark_difference(runs)
+        self._show_results(report)
+        self._mark_difference(report)
         self._set_busy(self.running)
 
-    def _mark_difference(self, runs: Sequence[Run]) -> None:
-        diff = first_difference(runs)
+    def _mark_difference(self, report: ABReport) -> None:
+        diff = report.difference
         if diff is None:
             return
-        ref = next(r for r in runs if r.status == "complete")
-        other = next(r for r in runs if (r.side, r.repeat) == (diff.side, diff.repeat))
+        ref = next(r for r in report.runs if r.status == "complete")
+        other = next(r for r in report.runs if (r.side, r.repeat) == (diff.side, diff.repeat))
         for run in (ref, other):
             col = self.columns.get(run.side)
             marked = marked_spans(self.controller.decode, run, diff.position)
@@ -404,13 +406,15 @@ class ComparePane(QWidget):
             col.view.show_spans(spans, (start, length))
             col.showing.setText(f"repeat {run.repeat + 1} · first difference at token {diff.position}")
 
-    def _show_results(self, runs: Sequence[Run], sides: Sequence[str], repeats: int) -> None:
-        done = [r for r in runs if r.status == "complete"]
-        diff = first_difference(runs)
+    def _show_results(self, report: ABReport) -> None:
+        done = [r for r in report.runs if r.status == "complete"]
+        diff = report.difference
         self.difference.setVisible(diff is not None)
         self.difference.setText("")
         if len(done) < 2:
             self._badge("Not enough finished runs to compare tokens yet", "")
+        elif report.token_equal is None:
+            self._badge("Token ids not saved for every finished run: token equality unknown", "")
         elif diff is None:
             self._badge(f"✓ Token-equal: all {len(done)} finished runs gave the same tokens", "#2e7d32")
         else:
@@ -419,25 +423,19 @@ class ComparePane(QWidget):
                 f"first difference at token {diff.position}: {diff.side} repeat {diff.repeat + 1} has "
                 f"{self._token(diff.got)} where {done[0].side} repeat {done[0].repeat + 1} has "
                 f"{self._token(diff.expected)}")
-        summaries = summarise(runs, sides)
-        self.verdict.setText(verdict(summaries, None if len(done) < 2 else diff is None))
-        by = {s.side: s for s in summaries}
-        off = by.get("off")
-        heads = [f"round {i + 1}" for i in range(repeats)] + ["median", "spread", "vs off"]
-        cells = []
-        for s in summaries:
-            speeds = {r.repeat: r.tok_s for r in done if r.side == s.side}
-            ratio = f"{s.median / off.median:.2f}×" if off and off.median > 0 and s.tok_s else "–"
-            cells.append([f"{speeds[i]:.1f}" if i in speeds else "–" for i in range(repeats)]
-                         + ([f"{s.median:.1f}", f"{s.spread:.1%}"] if s.tok_s else ["–", "–"]) + [ratio])
-        _fill(self.speed_table, heads, [s.side for s in summaries], cells)
-        ratios = [f"{s.side} / off: {s.median / off.median:.2f}× (median tok/s)"
-                  for s in summaries if s.side != "off" and off and off.median > 0 and s.tok_s]
-        self.ratio.setText(" · ".join(ratios))
-        rows = [(s.side, src, c) for s in summaries for src, c in s.rows.items() if c["tested"] or c["granted"]]
-        _fill(self.rows_table, ["tested", "accepted", "wasted", "granted"], [f"{side} · {src}" for side, src, _ in rows],
-              [[str(c["tested"]), str(c["accepted"]), str(c["wasted"]), str(c["granted"])] for *_, c in rows])
-        on_runs = [r for r in runs if r.side == "on" and r.rates]
+        self.verdict.setText(report.verdict())
+        header, rows, _notes = report.table()  # the table lanes compare prints, with each side's ratio to off
+        ratios = report.ratios()
+        _fill(self.speed_table, [*header[1:], "vs off"], [r[0] for r in rows],
+              [[*r[1:], f"{ratios[r[0]]:.2f}×" if r[0] in ratios else "–"] for r in rows])
+        self.ratio.setText(" · ".join(f"{side} / off: {v:.2f}× (median tok/s)"
+                                      for side, v in ratios.items() if side != "off"))
+        summaries = report.summaries
+        rows_by = [(s.side, src, c) for s in summaries for src, c in s.rows.items() if c["tested"] or c["granted"]]
+        _fill(self.rows_table, ["tested", "accepted", "wasted", "granted"],
+              [f"{side} · {src}" for side, src, _ in rows_by],
+              [[str(c["tested"]), str(c["accepted"]), str(c["wasted"]), str(c["granted"])] for *_, c in rows_by])
+        on_runs = [r for r in report.runs if r.side == "on" and r.rates]
         if on_runs:
             self.chart.set_points(on_runs[-1].rates, f"Copy rate per round (own copy rates on, repeat "
                                                      f"{on_runs[-1].repeat + 1})")

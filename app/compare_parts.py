@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 from PySide6.QtCore import QEvent, Qt
@@ -15,9 +15,9 @@ from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QScrollArea, QVBoxLay
 
 from app.message_view import MessageView
 from app.theme import is_dark
-from engine.service.compare import Run, ab_table, first_difference, summarise
-from engine.service.comparisons import runs_of
+from engine.service.comparisons import comparison_document, report_of
 from engine.service.spans import origin_spans
+from engine.store.ab_report import Run
 from engine.store.records import Comparison
 
 SIDE_TITLES = {"off": "Own copy rates off", "on": "Own copy rates on", "plain": "Plain (no drafts)"}
@@ -29,45 +29,30 @@ Decode = Callable[[list[int]], str]
 
 
 # -- reports ---------------------------------------------------------------------------------------
-def sides_of(c: Comparison) -> tuple[str, ...]:
-    sides = tuple(c.settings.get("sides") or ())
-    return sides or tuple(dict.fromkeys(r.side for r in c.runs))
-
-
-def repeats_of(c: Comparison) -> int:
-    return int(c.settings.get("repeats") or max((r.repeat + 1 for r in c.runs), default=1))
-
-
 def markdown_report(c: Comparison) -> str:
-    """The comparison as the seed's A/B table, under a line saying what ran."""
-    s = c.settings
+    """The comparison's A/B table (the one ``lanes compare`` prints and transcripts hold), under a line
+    saying what ran and over its verdict."""
+    s, report = c.settings, report_of(c)
     head = (f"# Own copy rates A/B (comparison {c.id})\n\n{c.model}, {len(c.messages)} turn(s), up to "
-            f"{s.get('max_tokens', '?')} tokens, greedy, {repeats_of(c)} alternated rounds, {c.status}; "
+            f"{s.get('max_tokens', '?')} tokens, greedy, {report.repeats} alternated rounds, {c.status}; "
             "tok/s by round:\n\n")
-    return head + ab_table(runs_of(c), sides_of(c), repeats_of(c))
+    return head + report.markdown() + "\n" + report.verdict() + "\n"
 
 
 def json_report(c: Comparison) -> str:
-    """Everything saved about the comparison, with its summaries (the shape ``lanes compare --json`` writes)."""
-    runs = runs_of(c)
-    diff = first_difference(runs)
-    doc = {"comparison": c.id, "model": c.model, "status": c.status, "created_at": c.created_at,
-           "conversation_id": c.conversation_id, "settings": dict(c.settings),
-           "messages": [dict(m) for m in c.messages], "copy_history": c.copy_history,
-           "runs": [asdict(r) for r in runs], "summary": [asdict(s) for s in summarise(runs, sides_of(c))],
-           "token_equal": diff is None, "first_difference": asdict(diff) if diff else None}
-    return json.dumps(doc, indent=1, default=dict) + "\n"
+    """The comparison's JSON document, the shape ``lanes compare --json`` writes."""
+    return json.dumps(comparison_document(c), indent=1, default=dict) + "\n"
 
 
 def run_spans(decode: Decode, run: Run) -> Spans:
     """A finished run's text by origin (one model run when the tokens cannot be decoded)."""
-    return [s for s in origin_spans(decode, list(run.tokens), list(run.origins), run.text) if s[0]]
+    return [s for s in origin_spans(decode, list(run.tokens or ()), list(run.origins), run.text) if s[0]]
 
 
 def marked_spans(decode: Decode, run: Run, position: int) -> tuple[Spans, int, int] | None:
     """``run``'s text with the token at ``position`` as its own ``differs`` span: the spans and that
     span's start and length in UTF-16 units. None when the tokens cannot be decoded."""
-    toks, origs = list(run.tokens), list(run.origins)
+    toks, origs = list(run.tokens or ()), list(run.origins)
     if run.text and not decode(toks):
         return None  # no tokenizer yet
 
@@ -87,9 +72,10 @@ def _utf16(text: str) -> int:
 def run_lines(runs: Sequence[Run]) -> list[str]:
     out = []
     for r in sorted(runs, key=lambda r: r.repeat):
-        n = (r.stats or {}).get("generated", len(r.tokens))
+        n = (r.stats or {}).get("generated", len(r.tokens or ()))
         if r.status == "complete":
-            out.append(f"repeat {r.repeat + 1}: {r.tok_s:.1f} tok/s, {n} tokens")
+            speed = "no speed saved" if r.tok_s is None else f"{r.tok_s:.1f} tok/s"
+            out.append(f"repeat {r.repeat + 1}: {speed}, {n} tokens")
         elif r.status == "cancelled":
             out.append(f"repeat {r.repeat + 1}: stopped after {n} tokens")
         else:
@@ -210,12 +196,10 @@ class SideColumn(QFrame):
 
 
 def past_label(c: Comparison) -> str:
-    runs = runs_of(c)
-    by = {s.side: s for s in summarise(runs, sides_of(c))}
-    ratio = (f" · on/off {by['on'].median / by['off'].median:.2f}×"
-             if "on" in by and "off" in by and by["off"].median > 0 else "")
-    done = sum(r.status == "complete" for r in runs)
-    equal = "" if done < 2 else (" · token-equal" if first_difference(runs) is None else " · tokens differ")
+    report = report_of(c)
+    on = report.ratios().get("on")
+    ratio = f" · on/off {on:.2f}×" if on is not None else ""
+    equal = {None: "", True: " · token-equal", False: " · tokens differ"}[report.token_equal]
     prompt = str(c.messages[-1].get("content", "")) if c.messages else ""
     prompt = " ".join(prompt.split())
     when = time.strftime("%Y-%m-%d %H:%M", time.localtime(c.created_at))

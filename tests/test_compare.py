@@ -1,4 +1,5 @@
-"""The own-copy-rates A/B: order, summaries and table on literal runs; the real model end to end."""
+"""The own-copy-rates A/B: order, summaries and table on literal runs; the real model end to end
+(the report itself, on literal data: tests/test_ab_report.py)."""
 
 from __future__ import annotations
 
@@ -10,17 +11,13 @@ from pathlib import Path
 import pytest
 
 from engine.drafts.copy_rates import CopyRates
-from engine.events import RoundStats
-from engine.service.compare import (
-    CompareSpec,
-    Run,
-    ab_table,
-    first_difference,
-    rate_trajectory,
-    run_comparison,
-    summarise,
-)
+from engine.events import Finished, RoundStats
+from engine.service import comparisons
+from engine.service.compare import CompareSpec, rate_trajectory, run_comparison
+from engine.service.session import ReplySettings, stats_dict
+from engine.store.ab_report import ABReport, Run, SideSummary, first_difference, summarise, verdict
 from engine.store.store import Store
+from tests.fake_engine import FakeEngine
 
 ROOT = Path(__file__).resolve().parent.parent
 COPY = "Repeat this list exactly, then again in reverse order: apples, pears, plums, cherries, grapes, melons."
@@ -47,11 +44,11 @@ def test_the_order_alternates_and_specs_are_checked() -> None:
 def test_the_table_has_rounds_medians_the_ratio_and_rows() -> None:
     runs = [run("off", 0, 40.0, context=(10, 8)), run("on", 0, 46.0, context=(8, 8)),
             run("on", 1, 45.0, context=(9, 8)), run("off", 1, 41.0, context=(12, 8))]
-    table = ab_table(runs, ("off", "on"), 2)
+    table = ABReport.of(runs, ("off", "on"), 2).markdown()
     assert "| side | round 1 | round 2 | median | spread |" in table
     assert "| off | 40.0 | 41.0 | 40.5 | 2.5% |" in table
     assert "| on | 46.0 | 45.0 | 45.5 | 2.2% |" in table
-    assert "on / off: 1.12x" in table and "every run token-equal" in table
+    assert "on / off: 1.12x" in table and "all 4 complete runs token-equal" in table
     assert "off rows: context 16/22 accepted, 6 wasted" in table
     _off, on = summarise(runs, ("off", "on"))
     assert on.rows["context"] == {"tested": 17, "accepted": 16, "wasted": 1, "granted": 17}
@@ -63,7 +60,7 @@ def test_the_first_differing_token_is_found() -> None:
     assert (diff.side, diff.repeat, diff.position, diff.expected, diff.got) == ("on", 1, 1, 6, 9)
     shorter = first_difference([run("off", 0, 1.0, (5, 6)), run("on", 0, 1.0, (5,))])
     assert (shorter.position, shorter.expected, shorter.got) == (1, 6, None)
-    assert "tokens differ: on repeat 2 at token 1" in ab_table(runs, ("off", "on"), 2)
+    assert "tokens differ: on round 2 has 9 at token 1 where off round 1 has 6" in ABReport.of(runs).markdown()
 
 
 def test_the_rate_trajectory_replays_copy_rates() -> None:
@@ -115,27 +112,28 @@ def test_lanes_compare_prints_the_table_and_saves_the_runs(tmp_path: Path) -> No
                           str(tmp_path / "out.json")], cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stderr
     assert "| side | round 1 | median | spread |" in res.stdout and "| plain |" in res.stdout
-    assert "every run token-equal" in res.stdout
+    assert "all 3 complete runs token-equal" in res.stdout and "Same text" in res.stdout
     doc = json.loads((tmp_path / "out.json").read_text())
-    assert doc["token_equal"] is True and len(doc["runs"]) == 3
+    assert doc["token_equal"] is True and len(doc["runs"]) == 3 and doc["device"]
     with Store.open(tmp_path) as store:
         saved = store.comparison(doc["comparison"])
+    assert doc == json.loads(json.dumps(comparisons.comparison_document(saved, doc["device"])))
+    assert doc["runs"][0]["stats"]["settings"]["max_tokens"] == 32  # a chat reply's statistics
     assert sorted(r.side for r in saved.runs) == ["off", "on", "plain"]
     assert saved.settings["repeats"] == 1 and saved.messages[0]["content"] == COPY
 
 
-def test_a_failed_repeat_leaves_its_cell_empty_and_odd_stats_read_as_nothing() -> None:
+def test_a_failed_repeat_shows_its_status_and_odd_stats_read_as_unknown() -> None:
     runs = [run("off", 0, 40.0), run("on", 0, 46.0),
             Run("off", 1, 1, "error", error="boom"), run("on", 1, 45.0),
             Run("off", 2, 0, "complete", "x", (1, 2, 3), (), {"tokens_per_s": None, "rows": {"context": None}})]
-    table = ab_table(runs, ("off", "on"), 3)
-    assert "| off | 40.0 | – | 0.0 |" in table  # repeat 2 failed: its speed is not shifted into its place
-    assert "| on | 46.0 | 45.0 | – |" in table
+    table = ABReport.of(runs, ("off", "on"), 3).markdown()
+    assert "| off | 40.0 | error | ? | 40.0 | 0.0% |" in table  # the unknown speed is not a 0 in the median
+    assert "| on | 46.0 | 45.0 | – | 45.5 | 2.2% |" in table
+    assert "- off round 2: error: boom" in table
 
 
 def test_the_verdict_says_it_in_a_sentence_and_warns_when_the_noise_is_larger() -> None:
-    from engine.service.compare import SideSummary, verdict
-
     off = SideSummary("off", (50.0,), {0: 50.0}, 50.0, 0.10, {})
     fast = SideSummary("on", (65.0,), {0: 65.0}, 65.0, 0.20, {})
     close = SideSummary("on", (52.0,), {0: 52.0}, 52.0, 0.20, {})
@@ -145,3 +143,18 @@ def test_the_verdict_says_it_in_a_sentence_and_warns_when_the_noise_is_larger() 
                                                 "before trusting the difference.")
     assert verdict([off, fast], False).startswith("The texts differ; ")
     assert verdict([off], None) == "Not enough runs yet."
+
+
+def test_a_run_stores_the_statistics_a_chat_reply_stores() -> None:
+    history = {"context": {"accepted": 3.0, "tested": 4.0}}
+    spec = CompareSpec(({"role": "user", "content": "q"},), max_tokens=8, repeats=1, sides=("off", "on", "plain"),
+                       temperature=0.5, top_p=0.9, copy_history=history)
+    finished: list[Finished] = []
+    with FakeEngine(None, 0.0) as engine:
+        runs = run_comparison(engine.submit, spec, 0.94,
+                              on_event=lambda _run, ev: finished.append(ev) if isinstance(ev, Finished) else None)
+    for run, ev in zip(runs, finished, strict=True):
+        own = run.side == "on"
+        assert run.stats == stats_dict(ev.stats, "eos", ReplySettings(8, 0.5, 0.9, own_copy_rates=own), history)
+        assert run.stats["settings"]["own_copy_rates"] is own and run.stats["copy_history_before"] == history
+        assert run.status == "complete" and run.tok_s == pytest.approx(ev.stats.tokens_per_s)

@@ -24,12 +24,15 @@ from PySide6.QtWidgets import (
 )
 
 from app.compare_pane import ComparePane
-from app.compare_parts import DIFF_TINTS, SideColumn
+from app.compare_parts import DIFF_TINTS, SideColumn, json_report, markdown_report, past_label
 from app.controller import ChatController
 from app.main_window import MainWindow
 from app.preferences import Preferences
 from app.theme import is_dark
 from engine.events import Failed
+from engine.service.comparisons import comparison_document, report_of
+from engine.store.records import ComparisonRun
+from engine.store.render import conversation_to_html, conversation_to_markdown
 from engine.store.store import Store
 from tests.fake_engine import FakeEngine, FakeHandle
 
@@ -167,12 +170,46 @@ def test_past_comparisons_are_listed_newest_first_and_export(qtbot, make_pane, t
     pane.export_md.click()
     qtbot.waitUntil(md.exists)
     text = md.read_text()
-    assert "| side | round 1 | median | spread |" in text and "| on |" in text and "every run token-equal" in text
+    assert "| side | round 1 | median | spread |" in text and "| on |" in text
+    assert "all 2 complete runs token-equal" in text and pane.verdict.text() in text
     pane.export_json.click()
     qtbot.waitUntil(lambda: js.exists() and js.read_text().endswith("\n"))
     doc = json.loads(js.read_text())
     assert doc["comparison"] == one and doc["token_equal"] is True and len(doc["runs"]) == 2
     assert doc["messages"][-1]["content"] == "first prompt"
+
+
+def test_the_pane_its_exports_and_transcripts_give_the_same_numbers(qtbot, make_pane, tmp_path: Path) -> None:
+    runs = [ComparisonRun("off", 0, 0, "ab", "complete", stats={"tokens_per_s": 40.0}, tokens=(1, 2)),
+            # no tokens_per_s (an older or imported run): 23 tokens in 0.5 s is 46.0 everywhere
+            ComparisonRun("on", 0, 1, "ab", "complete", stats={"generated": 23, "seconds": 0.5}, tokens=(1, 2)),
+            ComparisonRun("on", 1, 0, "ab", "complete", stats={"tokens_per_s": 47.0}, tokens=(1, 2)),
+            ComparisonRun("off", 1, 1, "a", "cancelled", stats={"tokens_per_s": 5.0}, tokens=(1,))]
+    with Store(tmp_path / "lanes.db") as store:
+        cid = store.create_conversation(title="same numbers").id
+        c = store.add_comparison([{"role": "user", "content": "q"}], runs, conversation_id=cid, model="m",
+                                 settings={"max_tokens": 8, "repeats": 2, "sides": ["off", "on"]}, status="cancelled")
+        transcript, page = conversation_to_markdown(store, cid), conversation_to_html(store, cid)
+    ab = ("| side | round 1 | round 2 | median | spread |\n|---|---|---|---|---|\n"
+          "| off | 40.0 | cancelled | 40.0 | 0.0% |\n| on | 46.0 | 47.0 | 46.5 | 2.2% |\n\n"
+          "- on / off: 1.16x (median tok/s)\n- all 3 complete runs token-equal\n")
+    assert ab in transcript and ab in markdown_report(c)  # lanes compare prints this same report
+    assert "<tr><th>on</th><td>46.0</td><td>47.0</td><td>46.5</td><td>2.2%</td></tr>" in page
+
+    pane = make_pane()
+    pane.show_comparison(c)
+    speeds = table(pane.speed_table)
+    assert speeds["on"] == {"round 1": "46.0", "round 2": "47.0", "median": "46.5", "spread": "2.2%", "vs off": "1.16×"}
+    assert speeds["off"]["round 2"] == "cancelled" and speeds["off"]["vs off"] == "1.00×"
+    assert pane.ratio.text() == "on / off: 1.16× (median tok/s)" and "Token-equal: all 3" in pane.badge.text()
+    assert pane.verdict.text() == report_of(c).verdict() and pane.verdict.text() in markdown_report(c)
+    assert "on/off 1.16× · token-equal" in past_label(c)
+
+    doc = json.loads(json_report(c))  # the pane's export is lanes compare --json's document
+    assert doc == json.loads(json.dumps(comparison_document(c, None), default=dict))
+    assert list(doc) == ["comparison", "model", "device", "status", "created_at", "conversation_id", "settings",
+                         "messages", "copy_history", "runs", "summary", "verdict", "token_equal", "first_difference"]
+    assert [s["median"] for s in doc["summary"]] == [40.0, 46.5] and doc["token_equal"] is True
 
 
 def test_the_window_opens_the_pane_on_its_conversation(qtbot, tmp_path: Path) -> None:

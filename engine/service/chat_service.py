@@ -35,8 +35,9 @@ from engine.rounds.engine_thread import Engine
 from engine.server.app import ServerOptions
 from engine.server.server import DEFAULT_PORT, ApiServer
 from engine.service import api_saving, comparisons
-from engine.service.compare import CompareSpec, Run, run_comparison
+from engine.service.compare import CompareSpec, run_comparison
 from engine.service.session import ChatSession, Reply, ReplySettings
+from engine.store.ab_report import Run
 from engine.store.records import Comparison, Message
 from engine.store.store import Store
 from engine.store.worker import StoreWorker

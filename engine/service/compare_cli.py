@@ -1,16 +1,17 @@
-"""``lanes compare``: the own-copy-rates A/B without the window; prints the seed-style Markdown table."""
+"""``lanes compare``: the own-copy-rates A/B without the window; prints the saved comparison's A/B table
+and verdict (engine/store/ab_report.py), and with ``--json`` writes its document (the pane's export)."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import sys
-from dataclasses import asdict
 
 from engine.errors import LanesError
 from engine.service import comparisons
-from engine.service.compare import Run, ab_table, first_difference, run_comparison, summarise
+from engine.service.compare import run_comparison
 from engine.service.session import ChatSession
+from engine.store.ab_report import Run
 from engine.store.store import Store
 
 
@@ -31,20 +32,20 @@ def compare_command(args: argparse.Namespace) -> int:
             ChatSession(store, engine, info.name).load_recall()  # both sides see the same Recall
 
             def done(run: Run) -> None:
-                print(f"repeat {run.repeat + 1} {run.side}: {run.tok_s:.1f} tok/s, {run.status}", file=sys.stderr)
+                speed = "no speed" if run.tok_s is None else f"{run.tok_s:.1f} tok/s"
+                print(f"repeat {run.repeat + 1} {run.side}: {speed}, {run.status}", file=sys.stderr)
 
             runs = run_comparison(engine.submit, spec, info.copy_rate, on_run=done, doubt_prior=info.doubt_prior)
         status = "complete" if all(r.status == "complete" for r in runs) else "error"
         saved = comparisons.save(store, spec, runs, info.name, args.conversation, status)
-    table = ab_table(runs, spec.sides, spec.repeats)
+    # The saved comparison, so the table and the JSON are those the pane shows for it.
+    report = comparisons.report_of(saved)
     print(f"{info.name} on {info.device}, {len(spec.messages)} turn(s), up to {spec.max_tokens} tokens, "
           f"greedy, {spec.repeats} alternated rounds; tok/s by round (saved as comparison {saved.id}):\n")
-    print(table, end="")
+    print(report.markdown())
+    print(report.verdict())
     if args.json:
-        diff = first_difference(runs)
-        doc = {"comparison": saved.id, "model": info.name, "device": info.device, "settings": spec.settings(),
-               "runs": [asdict(r) for r in runs], "summary": [asdict(s) for s in summarise(runs, spec.sides)],
-               "token_equal": diff is None, "first_difference": asdict(diff) if diff else None}
+        doc = comparisons.comparison_document(saved, info.device)
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(doc, separators=(",", ":")) + "\n")
+        args.json.write_text(json.dumps(doc, separators=(",", ":"), default=dict) + "\n")
     return 0 if status == "complete" else 1

@@ -1,13 +1,16 @@
-"""Comparisons with the store: build the request from a prompt or a stored conversation, and save
-the runs (engine/service/compare.py runs them). Used by ``lanes compare`` and the comparison pane."""
+"""Comparisons with the store: build the request from a prompt or a stored conversation, save the
+runs (engine/service/compare.py runs them), and report a saved one (engine/store/ab_report.py) as
+its table and its one JSON document. Used by ``lanes compare`` and the comparison pane."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from engine.errors import LanesError
-from engine.service.compare import CompareSpec, Run
+from engine.service.compare import CompareSpec
 from engine.service.session import request_messages
+from engine.store.ab_report import ABReport, Run
 from engine.store.records import Comparison, ComparisonRun
 from engine.store.store import Store
 
@@ -51,7 +54,22 @@ def save(store: Store, spec: CompareSpec, runs: Sequence[Run], model: str, conve
 
 
 def runs_of(comparison: Comparison) -> list[Run]:
-    """A saved comparison's runs as engine.service.compare Runs (for its summaries and table)."""
-    return [Run(r.side, r.repeat, r.position, r.status, r.content, r.tokens or (), r.origins or (),
+    """A saved comparison's runs as ab_report Runs (tokens None where they were not saved)."""
+    return [Run(r.side, r.repeat, r.position, r.status, r.content, r.tokens, r.origins or (),
                 dict(r.stats) if r.stats else None, r.error, r.copy_history_after, list(r.rates or ()))
             for r in comparison.runs]
+
+
+def report_of(comparison: Comparison) -> ABReport:
+    """A saved comparison's report, with the sides and rounds its settings planned."""
+    return ABReport.planned(runs_of(comparison), comparison.settings)
+
+
+def comparison_document(comparison: Comparison, device: str | None = None) -> dict[str, Any]:
+    """The one JSON shape of a saved comparison, written by ``lanes compare --json`` and the pane's
+    export: what ran (``device``: where, None when not known), then the report's runs and summaries."""
+    c = comparison
+    return report_of(c).document(
+        comparison=c.id, model=c.model, device=device, status=c.status, created_at=c.created_at,
+        conversation_id=c.conversation_id, settings=dict(c.settings), messages=[dict(m) for m in c.messages],
+        copy_history=c.copy_history)

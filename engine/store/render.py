@@ -2,6 +2,7 @@
 
 Both are rendered from the lossless JSON document (``transcript.conversation_to_json``). Token ids
 cannot be turned into text here (no tokenizer), so copied tokens appear as shares in the stats line.
+A comparison appears as its A/B report's table (``ab_report.ABReport``), as the pane shows it.
 """
 
 from __future__ import annotations
@@ -9,12 +10,12 @@ from __future__ import annotations
 import html
 import json
 import math
-import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from engine.store.ab_report import ABReport
 from engine.store.markdown_text import to_html
 from engine.store.store import Store
 from engine.store.transcript import conversation_to_json
@@ -164,81 +165,6 @@ def _settings(settings: Mapping[str, Any]) -> str:
         for k, v in sorted(settings.items()))
 
 
-# -- comparisons: the seed's A/B table (engine/service/compare.py), from the JSON document's runs --------
-_SIDE_ORDER = ("off", "on", "plain")
-
-
-def _tok_s(stats: Any) -> float | None:
-    stats = stats if isinstance(stats, Mapping) else {}
-    rate = _num(stats.get("tokens_per_s"))
-    if rate is None:
-        generated, seconds = _num(stats.get("generated")), _num(stats.get("seconds"))
-        rate = generated / seconds if generated is not None and seconds else None
-    return rate
-
-
-def _where(run: Mapping[str, Any]) -> str:
-    return f"{run['side']} round {run['repeat'] + 1}"
-
-
-def _token_check(runs: Sequence[Mapping[str, Any]]) -> str:
-    """Whether every complete run gave the same token ids as the first complete one (as compare.first_difference)."""
-    done = [r for r in runs if r["status"] == "complete"]
-    if len(done) < 2:
-        return "fewer than two complete runs: nothing to check tokens against"
-    if any(r["tokens"] is None for r in done):
-        return "token ids not saved for every complete run: token equality unknown"
-    ref = done[0]
-    for run in done[1:]:
-        a, b = ref["tokens"], run["tokens"]
-        if a == b:
-            continue
-        n = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
-        got = b[n] if n < len(b) else "the end"
-        expected = a[n] if n < len(a) else "the end"
-        return (f"complete runs differ: {_where(run)} has {got} at token {n} "
-                f"where {_where(ref)} has {expected}")
-    return f"all {len(done)} complete runs token-equal"
-
-
-def ab_summary(comparison: Mapping[str, Any]) -> tuple[list[str], list[list[str]], list[str]]:
-    """A comparison's A/B table as (header, rows, notes): one row per side, tok/s per repeat and the
-    median of the complete runs; a run that did not complete shows its status, a missing one "–"."""
-    runs = sorted(comparison["runs"], key=lambda r: (r["repeat"], r["position"]))
-    present = {r["side"] for r in runs}
-    sides = [s for s in _SIDE_ORDER if s in present] + sorted(present.difference(_SIDE_ORDER))
-    repeats = max((r["repeat"] for r in runs), default=-1) + 1
-    by = {(r["side"], r["repeat"]): r for r in runs}
-    header = ["side", *(f"round {i + 1}" for i in range(repeats)), "median"]
-    rows, medians = [], {}
-    for side in sides:
-        cells, speeds = [side], []
-        for i in range(repeats):
-            run = by.get((side, i))
-            if run is None:
-                cells.append("–")
-            elif run["status"] != "complete":
-                cells.append(run["status"])
-            elif (rate := _tok_s(run["stats"])) is None:
-                cells.append("?")
-            else:
-                speeds.append(rate)
-                cells.append(f"{rate:.1f}")
-        if speeds:
-            medians[side] = statistics.median(speeds)
-        cells.append(f"{medians[side]:.1f}" if side in medians else "–")
-        rows.append(cells)
-    notes = []
-    if not runs:
-        notes.append("no runs saved")
-    if medians.get("off") and "on" in medians:
-        notes.append(f"on / off: {medians['on'] / medians['off']:.2f}x (median tok/s)")
-    if runs:
-        notes.append(_token_check(runs))
-    notes += [f"{_where(r)}: error: {r['error']}" for r in runs if r["error"]]
-    return header, rows, notes
-
-
 def _title(conv: Mapping[str, Any], conversation_id: int) -> str:
     return conv["title"] or f"Conversation {conversation_id}"
 
@@ -271,11 +197,7 @@ def conversation_to_markdown(store: Store, conversation_id: int) -> str:
         out.append("")
         if c["messages"]:
             out += ["**Request:**", "", str(c["messages"][-1].get("content", "")), ""]
-        header, rows, notes = ab_summary(c)
-        if rows:
-            out += ["| " + " | ".join(header) + " |", "|---" * len(header) + "|",
-                    *("| " + " | ".join(r) + " |" for r in rows), ""]
-        out += [*(f"- {n}" for n in notes), ""]
+        out.append(ABReport.from_document(c).markdown())  # the table the pane and ``lanes compare`` show
     return "\n".join(out).rstrip("\n") + "\n"
 
 
@@ -353,7 +275,7 @@ def conversation_to_html(store: Store, conversation_id: int) -> str:
             last = {"content": str(c["messages"][-1].get("content", "")), "status": "complete",
                     "error": None, "stats": None, "origins": None}
             reply("user", "Request", last)
-        header, rows, notes = ab_summary(c)
+        header, rows, notes = ABReport.from_document(c).table()
         if rows:
             out += ['<table class="ab">', "<thead><tr>" + "".join(f"<th>{e(h)}</th>" for h in header) + "</tr></thead>",
                     "<tbody>", *("<tr>" + f"<th>{e(r[0])}</th>" + "".join(f"<td>{e(x)}</td>" for x in r[1:]) + "</tr>"
