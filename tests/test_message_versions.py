@@ -109,3 +109,23 @@ def test_a_first_format_document_reads_as_one_version_and_bad_numbers_are_named(
     with pytest.raises(TranscriptError, match=r"messages\[0\]\.version must be a whole number from 1"):
         import_conversation(store, zero, "zero.json")
     assert store.count_conversations() == 1  # nothing half-imported
+
+
+def test_markdown_and_html_exports_show_every_version_with_the_question_it_answered(store: Store) -> None:
+    from engine.store.render import conversation_to_html, conversation_to_markdown
+
+    cid, user, reply = _answered(store, "Capital of France?", "Paris.")
+    store.new_version(reply)  # regenerate: same question
+    store.update_message(reply, content="Paris, on the Seine.", status="complete")
+    store.new_version(reply)  # edit and resend
+    store.update_message(user, content="Capital of <Italy>?")
+    store.update_message(reply, content="Rome.", status="complete")
+    md = conversation_to_markdown(store, cid)
+    assert "## Assistant · version 3 of 3\n\nRome." in md
+    assert "### Version 1 of 3\n\nParis.\n" in md and "### Version 2 of 3\n\nParis, on the Seine." in md
+    assert md.count("> Capital of France?") == 2  # each earlier version says what it answered
+    page = conversation_to_html(store, cid)
+    assert "<h3>Assistant · version 3 of 3</h3>" in page
+    assert page.count('<details class="msg version">') == 2
+    assert "Answering: Capital of France?" in page and "Capital of &lt;Italy&gt;?" in page
+    assert "<Italy>" not in page

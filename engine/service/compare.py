@@ -27,9 +27,7 @@ from typing import Any
 from engine.drafts.copy_rates import DOUBT_PRIOR, CopyRates, first_key, rest_key
 from engine.events import Event, Failed, Finished, Request, RoundStats
 from engine.service.session import ReplySettings, stats_dict
-from engine.store.ab_report import Run
-
-SIDES: tuple[str, ...] = ("off", "on", "plain")  # plain: no drafts at all
+from engine.store.ab_report import SIDES, Run
 
 
 @dataclass(frozen=True)

@@ -36,7 +36,7 @@ from typing import Any
 
 from engine.store.records import unpack_origins
 
-SIDE_ORDER: tuple[str, ...] = ("off", "on", "plain")  # engine.service.compare.SIDES, in table order
+SIDES: tuple[str, ...] = ("off", "on", "plain")  # in table order; plain: no drafts (the store's CHECK too)
 MAX_PLANNED = 1000  # rounds a comparison's settings may plan beyond those run (an imported file may say anything)
 Table = tuple[list[str], list[list[str]], list[str]]  # header, rows, notes
 
@@ -180,7 +180,7 @@ class ABReport:
         that ran, a column for each of ``repeats`` rounds (at least those that ran)."""
         ordered = tuple(sorted(runs, key=lambda r: (r.repeat, r.position)))
         present = list(dict.fromkeys(r.side for r in ordered))
-        base = list(dict.fromkeys(sides)) if sides else [s for s in SIDE_ORDER if s in present]
+        base = list(dict.fromkeys(sides)) if sides else [s for s in SIDES if s in present]
         all_sides = (*base, *sorted(set(present).difference(base)))
         rounds = max(max((r.repeat + 1 for r in ordered), default=0), repeats or 0)
         done = [r for r in ordered if r.status == "complete"]
@@ -195,7 +195,7 @@ class ABReport:
         stopped one shows the rounds it did not reach), where those settings make sense."""
         s = settings if isinstance(settings, Mapping) else {}
         sides, repeats = s.get("sides"), s.get("repeats")
-        named = [x for x in sides if x in SIDE_ORDER] if isinstance(sides, list | tuple) else []
+        named = [x for x in sides if x in SIDES] if isinstance(sides, list | tuple) else []
         ok = isinstance(repeats, int) and not isinstance(repeats, bool) and 1 <= repeats <= MAX_PLANNED
         return cls.of(runs, named or None, repeats if ok else None)
 

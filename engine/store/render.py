@@ -10,7 +10,7 @@ from __future__ import annotations
 import html
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -165,6 +165,18 @@ def _settings(settings: Mapping[str, Any]) -> str:
         for k, v in sorted(settings.items()))
 
 
+def _versions(m: Mapping[str, Any], asked: str | None) -> tuple[str, list[tuple[str, str | None, Mapping[str, Any]]]]:
+    """A message's heading suffix (" · version 2 of 3") and its other versions: (title, the question it
+    answered where that was not ``asked``, the version)."""
+    others = m.get("versions") or []
+    if not others:
+        return "", []
+    n = len(others) + 1
+    return f" · version {m['version']} of {n}", [
+        (f"Version {v['number']} of {n}", v["prompt"] if v["prompt"] not in (None, asked) else None, v)
+        for v in others]
+
+
 def _title(conv: Mapping[str, Any], conversation_id: int) -> str:
     return conv["title"] or f"Conversation {conversation_id}"
 
@@ -186,8 +198,15 @@ def conversation_to_markdown(store: Store, conversation_id: int) -> str:
         if line:
             out.extend([f"*{line}*", ""])
 
+    asked = None
     for m in doc["messages"]:
-        reply(f"## {m['role'].capitalize()}", m)
+        suffix, others = _versions(m, asked)
+        reply(f"## {m['role'].capitalize()}{suffix}", m)
+        for title, prompt, v in others:  # regenerated or edited away, kept
+            if prompt is not None:
+                out += [f"*{title} answered:*", "", *(f"> {x}" for x in prompt.splitlines()), ""]
+            reply(f"### {title}", v)
+        asked = m["content"] if m["role"] == "user" else asked
     for i, c in enumerate(doc["comparisons"], 1):
         mark = _STATUS_MARK.get(c["status"])
         out += [f"## Comparison {i}" + (f" ({mark})" if mark else ""), "",
@@ -231,6 +250,9 @@ h2 { font-size: 1.15rem; margin: 2.5rem 0 .5rem; }
 .ab th:first-child, .ab td:first-child { text-align: left; }
 .notes { color: var(--muted); font-size: .9rem; padding-left: 1.2rem; }
 .notes li { white-space: pre-wrap; overflow-wrap: anywhere; }
+details.version { border-top: 1px dashed var(--line); padding: .4rem 0 0; margin-top: .6rem; }
+details.version summary { cursor: pointer; } details.version summary h3 { display: inline; }
+.asked { color: var(--muted); margin: .6rem 0 0; white-space: pre-wrap; }
 """
 
 
@@ -251,20 +273,27 @@ def conversation_to_html(store: Store, conversation_id: int) -> str:
         out.append(f'<section class="msg system"><h3>System prompt</h3><div class="text">'
                    f'{e(conv["system_prompt"])}</div></section>')
 
-    def reply(cls: str, heading: str, r: Mapping[str, Any]) -> None:
+    def reply(cls: str, heading: str, r: Mapping[str, Any], tag: str = "section", asked: str | None = None,
+              others: Sequence[tuple[str, str | None, Mapping[str, Any]]] = ()) -> None:
         mark = _STATUS_MARK.get(r["status"])
-        out.append(f'<section class="msg {e(cls)}"><h3>{e(heading)}'
-                   + (f' <span class="mark">({e(mark)})</span>' if mark else "") + "</h3>"
+        title = f"<h3>{e(heading)}" + (f' <span class="mark">({e(mark)})</span>' if mark else "") + "</h3>"
+        out.append(f'<{tag} class="msg {e(cls)}">' + (f"<summary>{title}</summary>" if tag == "details" else title)
+                   + (f'<blockquote class="asked">Answering: {e(asked)}</blockquote>' if asked is not None else "")
                    + (f'<div class="text">{to_html(r["content"])}</div>' if r["content"] or not r["error"] else ""))
         if r["error"]:
             out.append(f'<p class="error">Error: {e(r["error"])}</p>')
         line = stats_line(r["stats"], r["origins"])
         if line:
             out.append(f'<p class="stats">{e(line)}</p>')
-        out.append("</section>")
+        for version_title, prompt, v in others:  # regenerated or edited away, kept: folded under the shown one
+            reply("version", version_title, v, "details", prompt)
+        out.append(f"</{tag}>")
 
+    asked = None
     for m in doc["messages"]:
-        reply(m["role"], m["role"].capitalize(), m)
+        suffix, others = _versions(m, asked)
+        reply(m["role"], m["role"].capitalize() + suffix, m, others=others)
+        asked = m["content"] if m["role"] == "user" else asked
     for i, c in enumerate(doc["comparisons"], 1):
         mark = _STATUS_MARK.get(c["status"])
         out.append(f"<h2>Comparison {i}" + (f' <span class="mark">({e(mark)})</span>' if mark else "") + "</h2>")

@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from engine.errors import LanesError
+from engine.store.ab_report import SIDES
 from engine.store.records import (
     ROLES,
     STATUSES,
@@ -27,7 +28,6 @@ from engine.store.store import Store
 
 FORMAT = "lanes-conversation"
 VERSION = 2
-SIDES: tuple[str, ...] = ("off", "on", "plain")  # engine.service.compare.SIDES; the store's CHECK on comparison_runs
 _ORIGIN_LETTERS = "mcr"  # records.pack_origins: m(odel), c(ontext), r(ecall)
 _INT32 = (-(2**31), 2**31 - 1)
 _REQUIRED: Any = object()
