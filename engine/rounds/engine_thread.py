@@ -8,6 +8,10 @@
 Every call from another thread becomes a command on a queue; the thread runs
 scheduler rounds while streams are active and blocks on the queue when idle.
 Each request's events go to its own handle, ending with ``Finished`` or ``Failed``.
+
+With ``kv_dir`` a conversation's KV cache also lives on disk (``engine.model.kv_files``): written
+once the engine has been idle for ``SAVE_WHEN_IDLE_S`` (never mid-round) and as it closes, read
+when a conversation's turn finds nothing in memory, deleted by ``forget_conversation``.
 """
 
 from __future__ import annotations
@@ -20,16 +24,22 @@ import queue
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
+from pathlib import Path
 from typing import Any
 
 import mlx.core as mx
 
 from engine.errors import LanesError
 from engine.events import Event, Failed, Finished, ModelInfo, Request
+from engine.model import kv_files
 from engine.model.loading import LoadedModel, load_model
 from engine.rounds.scheduler import Scheduler
 
 log = logging.getLogger(__name__)
+
+# Idle this long after the last stream ends before writing KV files: a command arriving meanwhile
+# (the chat's next turn, already typed) runs first.
+SAVE_WHEN_IDLE_S = 0.5
 
 
 class Handle:
@@ -89,8 +99,15 @@ class Engine:
         calibrate: bool = True,
         loader: Callable[[str | None], LoadedModel] = load_model,
         memory_limit: int | None = None,
+        kv_dir: Path | None = None,
+        kv_budget: int = kv_files.DISK_BUDGET,
     ) -> None:
         self._memory_limit = memory_limit  # bytes for weights and KV in all; None: a share of the machine's
+        self._kv_dir = kv_dir  # conversations' KV files (the data dir's kv/); None: kept in memory only
+        self._kv_budget = kv_budget
+        self._forget_lock = threading.Lock()
+        self._forgets: list[tuple[str, Future[None]]] = []
+        self._ended = False  # past the thread's last look at _forgets
         self._commands: queue.Queue[Callable[[], None] | None] = queue.Queue()
         self._handles: dict[str, Handle] = {}
         self._scheduler: Scheduler | None = None
@@ -138,6 +155,18 @@ class Engine:
 
     def remove_recall(self, doc_id: str) -> None:
         self._call(lambda: self._sched().recall.remove(doc_id))
+
+    def forget_conversation(self, key: str) -> Future[None]:
+        """Drop a deleted conversation's KV cache, in memory and on disk (every model's file). Resolves
+        once done, on the engine thread (the one that writes files), or here once it has ended."""
+        done: Future[None] = Future()
+        with self._forget_lock:
+            if not self._ended:
+                self._forgets.append((key, done))
+                self._commands.put(self._run_forgets)  # no alive check: _shutdown runs what it missed
+                return done
+        self._forget(key, done)
+        return done
 
     def encode(self, text: str) -> list[int]:
         """Tokenize on the calling thread (tokenizers hold no MLX state)."""
@@ -211,6 +240,10 @@ class Engine:
             loaded = self._loader(model)
             _wire_weights()
             self._scheduler = Scheduler(loaded, self._emit, memory_limit=self._memory_limit)
+            if self._kv_dir is not None:
+                model = kv_files.model_id(loaded.name, loaded.path, loaded.device)
+                self._scheduler.conversations.disk = kv_files.KvFiles(self._kv_dir, model, loaded.kinds,
+                                                                      self._kv_budget)
             if self._calibrate:
                 self._scheduler.calibrate()
             fam = loaded.family
@@ -223,22 +256,50 @@ class Engine:
 
     def _loop(self) -> None:
         while True:
-            busy = self._scheduler is not None and self._scheduler.busy
-            for command in self._pending(block=not busy):
+            sched = self._scheduler
+            busy = sched is not None and sched.busy
+            saving = sched is not None and not busy and sched.conversations.unsaved
+            commands = self._pending(block=not busy, timeout=SAVE_WHEN_IDLE_S if saving else None)
+            for command in commands:
                 if command is None:
                     return
                 try:
                     command()
                 except Exception:
                     log.exception("engine command failed")
-            if self._scheduler is not None and self._scheduler.busy:
+            if sched is not None and sched.busy:
                 self._step()
+            elif saving and not commands and sched is not None:  # idle for SAVE_WHEN_IDLE_S: one file
+                self._save(sched.conversations.save_next)
 
-    def _pending(self, block: bool) -> list[Callable[[], None] | None]:
-        """Every queued command; waits for the first one when there is nothing to run."""
+    def _run_forgets(self) -> None:
+        with self._forget_lock:
+            todo, self._forgets = self._forgets, []
+        for key, done in todo:
+            self._forget(key, done)
+
+    def _forget(self, key: str, done: Future[None]) -> None:
+        try:
+            if self._scheduler is not None:
+                self._scheduler.conversations.forget(key)
+            if self._kv_dir is not None:
+                kv_files.remove_conversation(self._kv_dir, key)
+            done.set_result(None)
+        except BaseException as exc:
+            done.set_exception(exc)
+
+    def _save(self, write: Callable[[], None]) -> None:
+        try:
+            write()
+        except Exception:
+            log.exception("saving KV files failed")
+
+    def _pending(self, block: bool, timeout: float | None = None) -> list[Callable[[], None] | None]:
+        """Every queued command; waits for the first one (up to ``timeout``) when there is nothing to run."""
         commands: list[Callable[[], None] | None] = []
         if block:
-            commands.append(self._commands.get())
+            with contextlib.suppress(queue.Empty):
+                commands.append(self._commands.get(timeout=timeout))
         while True:
             try:
                 commands.append(self._commands.get_nowait())
@@ -267,7 +328,12 @@ class Engine:
                 sched.step()  # emits Finished(cancelled) for each
             except Exception:
                 log.exception("shutdown")
+            self._run_forgets()  # before the last writes: a deleted conversation is not saved
+            self._save(sched.conversations.save_all)  # cancelled replies' turns too
             self._scheduler = None
+        with self._forget_lock:
+            self._ended = True
+        self._run_forgets()
         for handle in list(self._handles.values()):
             handle._put(Failed(handle.id, "the engine stopped", "EngineStopped"))
         self._handles.clear()
