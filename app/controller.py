@@ -72,7 +72,7 @@ class ChatController(QObject):
     _futureDone = Signal(object, object)
 
     def __init__(self, store: Store | Path, model: str | None = None,
-                 engine_factory: Callable[[str | None], Engine] = Engine, parent: QObject | None = None) -> None:
+                 engine_factory: Callable[[str | None], Engine] | None = None, parent: QObject | None = None) -> None:
         super().__init__(parent)
         self.data_path = store.path if isinstance(store, Store) else Path(store)
         self.model_spec = model

@@ -24,12 +24,14 @@ import threading
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import TypeVar
 
 from engine.errors import LanesError
 from engine.events import Event, Finished, ModelInfo, Request
 from engine.job_thread import JobThread
+from engine.model import kv_files
 from engine.model.locate import locate_model
 from engine.rounds.engine_thread import Engine
 from engine.server.app import ServerOptions
@@ -128,17 +130,18 @@ class ChatService:
     """One model and one data folder, for a window. Use from one thread (the GUI's).
 
     ``store`` is the app's open Store (closed by whoever opened it) or a path to open one (closed
-    with the service)."""
+    with the service). ``engine_factory`` None: the real engine, keeping conversations' KV caches in
+    the database's folder (``kv/``), so a long chat reopened after a restart is not read again."""
 
     def __init__(self, store: Store | Path, model: str | None = None,
-                 engine_factory: Callable[[str | None], Engine] = Engine) -> None:
+                 engine_factory: Callable[[str | None], Engine] | None = None) -> None:
         self._owns_db = not isinstance(store, Store)
         self.db = Store(Path(store)) if not isinstance(store, Store) else store
         self.path = self.db.path
         self.store = StoreWorker(self.db)
         self._models = JobThread("lanes-model")
-        self._engine_factory = engine_factory
-        self.engine = engine_factory(model)
+        self._engine_factory = engine_factory or partial(Engine, kv_dir=kv_files.folder(self.path.parent))
+        self.engine = self._engine_factory(model)
         self.tasks: set[ReplyTask] = set()
         self.comparisons: set[ComparisonTask] = set()
         self._lock = threading.Lock()

@@ -35,12 +35,14 @@ def run(args: argparse.Namespace) -> int:
     if args.command == "move-aside":
         return _move_aside(args)
     if args.command == "delete":
+        from engine.model import kv_files
+
         with Store.open(args.data_dir) as store:
-            for cid in args.conversations:
-                store.conversation(cid)  # all ids checked before the first delete
-            for cid in args.conversations:
-                store.delete_conversation(cid)
-                print(f"deleted conversation {cid}")
+            convs = [store.conversation(cid) for cid in args.conversations]  # all checked before the first delete
+            for conv in convs:
+                store.delete_conversation(conv.id)
+                kv_files.remove_conversation(kv_files.folder(store.path.parent), conv.key)  # its KV cache too
+                print(f"deleted conversation {conv.id}")
         return 0
     if args.command == "recall":
         return _recall(args)
@@ -85,11 +87,12 @@ def _printer(colour: bool):  # -> Callable[[Event], None]
     return show
 
 
-def _start_engine(model: str | None):  # -> tuple[Engine, ModelInfo]
+def _start_engine(model: str | None, store: Store):  # -> tuple[Engine, ModelInfo]
+    from engine.model import kv_files
     from engine.rounds.engine_thread import Engine
 
     print("Loading model...", file=sys.stderr)
-    engine = Engine(model)
+    engine = Engine(model, kv_dir=kv_files.folder(store.path.parent))  # long chats' KV kept across runs
     try:
         info = engine.info()
     except BaseException:
@@ -121,7 +124,7 @@ def _ask(args: argparse.Namespace) -> int:
     with Store.open(args.data_dir) as store:  # open (and check) the store before the slow model load
         if args.conversation is not None:
             store.conversation(args.conversation)
-        engine, info = _start_engine(args.model)
+        engine, info = _start_engine(args.model, store)
         with engine:
             session = ChatSession(store, engine, info.name)
             session.load_recall()
@@ -142,7 +145,7 @@ def _chat(args: argparse.Namespace) -> int:
         conv_id = args.conversation
         if conv_id is not None:
             store.conversation(conv_id)
-        engine, info = _start_engine(args.model)
+        engine, info = _start_engine(args.model, store)
         with engine:
             session = ChatSession(store, engine, info.name)
             session.load_recall()
