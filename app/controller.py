@@ -19,6 +19,7 @@ from PySide6.QtCore import QObject, QTimer, Signal, Slot
 
 from engine.errors import ModelLoadError
 from engine.events import ModelInfo, Notice, Reading, Tokens, Waiting
+from engine.model import kv_files
 from engine.rounds.engine_thread import Engine
 from engine.service.chat_service import ChatService, ReplyBegun, ReplySaved, ServiceEvent
 from engine.service.session import ReplySettings
@@ -267,8 +268,13 @@ class ChatController(QObject):
             self.conversationsChanged.emit()
             on_done()
 
-        if self.info is None:
-            self.store_call(lambda s: s.delete_conversation(conversation_id), gone)
+        if self.info is None:  # no engine to ask: the store, then the conversation's KV files, on the store thread
+            def delete(s: Store) -> None:
+                key = s.conversation(conversation_id).key
+                s.delete_conversation(conversation_id)
+                kv_files.remove_conversation(kv_files.folder(s.path.parent), key)
+
+            self.store_call(delete, gone)
         else:
             self.when_done(self.service.session_call(lambda cs: cs.delete_conversation(conversation_id)), gone,
                            lambda exc: self.storeError.emit(str(exc)))

@@ -72,6 +72,7 @@ class FakeEngine:
         else:
             self.loaded.set_result(INFO)
         self.recall: dict[str, list[int]] = {}
+        self.forgotten: list[str] = []  # conversations deleted: their KV caches forgotten
         self.requests: list[Request] = []
         self._threads: list[threading.Thread] = []
         self._handles: list[FakeHandle] = []
@@ -92,6 +93,12 @@ class FakeEngine:
 
     def remove_recall(self, doc_id: str) -> None:
         self.recall.pop(doc_id, None)
+
+    def forget_conversation(self, key: str) -> Future[None]:
+        self.forgotten.append(key)
+        done: Future[None] = Future()
+        done.set_result(None)
+        return done
 
     def run_sync(self, fn: Callable[[Any], Any], timeout: float | None = None) -> Any:
         class Sched:

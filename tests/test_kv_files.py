@@ -273,3 +273,20 @@ def test_a_recurrent_models_state_is_saved_and_reused_across_engines(loaded, tmp
     assert isinstance(second, Finished)
     assert second.stats.prefill_reused == len(first) + len(done.tokens) - 1
     same_as_mlx_lm(tiny, follow, list(second.tokens), ref(tiny, follow, 12))
+
+
+@pytest.mark.model
+def test_deleting_a_conversation_through_the_session_deletes_its_file(loaded, tmp_path: Path) -> None:
+    """What the window and ``lanes chat`` do: ``ChatSession.delete_conversation`` forgets the KV cache too."""
+    from engine.service.session import ChatSession, ReplySettings
+    from engine.store.store import Store
+
+    with Store(tmp_path / "lanes.db") as store, engine_on(loaded, tmp_path / "kv") as eng:
+        session = ChatSession(store, eng, "m")
+        conv = session.new_conversation(system_prompt=SYSTEM["content"])
+        session.ask(conv.id, "Name a lighthouse.", ReplySettings(max_tokens=4))
+        eng.run_sync(lambda s: s.conversations.save_all())  # what an idle engine does
+        [path] = list((tmp_path / "kv").glob(f"*/{conv.key}.safetensors"))
+        session.delete_conversation(conv.id)
+        eng.run_sync(lambda s: None)  # the engine's commands run in order: the forget has run
+        assert not path.exists()

@@ -158,6 +158,28 @@ def test_delete_asks_first(qtbot, make_window, tmp_path: Path, monkeypatch: pyte
     assert w.current is None and w.chat.widgets == []
     with Store(tmp_path / "lanes.db") as store:
         assert store.count_conversations() == 0
+    assert w.controller.service.engine.forgotten == [f"c{cid}"]  # its KV cache, in memory and on disk
+
+
+def test_a_conversation_deleted_before_the_model_loads_takes_its_kv_files_along(qtbot, tmp_path: Path,
+                                                                               monkeypatch) -> None:
+    from engine.model import kv_files
+
+    with Store(tmp_path / "lanes.db") as store:
+        conv = store.create_conversation(title="Long chat")
+    kept = kv_files.folder(tmp_path) / "some-model" / kv_files.file_name(conv.key)
+    kept.parent.mkdir(parents=True)
+    kept.write_bytes(b"a saved KV cache")
+    w = MainWindow(ChatController(tmp_path / "lanes.db", None, engine_factory=LateEngine), Preferences(),
+                   tmp_path / "prefs.json")
+    qtbot.addWidget(w)
+    qtbot.waitUntil(lambda: w.sidebar.model.row_of(conv.id) >= 0)
+    assert w.controller.info is None  # still loading
+    monkeypatch.setattr(QMessageBox, "question", lambda *a, **k: QMessageBox.StandardButton.Yes)
+    w.sidebar.delete(conv.id)
+    qtbot.waitUntil(lambda: w.sidebar.model.row_of(conv.id) < 0)
+    assert not kept.exists()
+    w.close()
 
 
 def test_search_filters_the_sidebar(qtbot, make_window, tmp_path: Path) -> None:

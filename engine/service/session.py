@@ -33,6 +33,7 @@ class EngineLike(Protocol):
     def add_recall(self, doc_id: str, tokens: list[int]) -> None: ...
     def add_recall_many(self, docs: Mapping[str, list[int]]) -> None: ...
     def remove_recall(self, doc_id: str) -> None: ...
+    def forget_conversation(self, key: str) -> Any: ...
 
 
 @dataclass(frozen=True)
@@ -159,10 +160,12 @@ class ChatSession:
                 self.engine.add_recall(conv.key, docs[conv.key])
 
     def delete_conversation(self, conversation_id: int) -> None:
-        """Delete a conversation from the store and forget it in the running engine's Recall."""
+        """Delete a conversation from the store and forget it in the running engine: its Recall and
+        its KV cache, in memory and on disk."""
         conv = self.store.conversation(conversation_id)
         self.store.delete_conversation(conversation_id)
         self.engine.remove_recall(conv.key)
+        self.engine.forget_conversation(conv.key)
 
     def begin(self, conversation_id: int, text: str, settings: ReplySettings | None = None) -> Reply:
         """Save the user's message and a partial reply, and submit the request."""
