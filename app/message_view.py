@@ -1,6 +1,7 @@
 """One chat message: a read-only text view that grows to fit its text, so many can be stacked in a
-scroll area. It shows either Markdown (Qt's importer, raw HTML off, fenced code coloured by pygments)
-or plain text with each run tinted by where it came from (see ``app.theme.origin_background``)."""
+scroll area. It shows Markdown (Qt's importer, raw HTML off, fenced code coloured by pygments),
+optionally with each run of the source tinted by where it came from (``set_spans``: the tints of
+``app.theme.origin_background`` laid over the rendered text, placed by ``app.origin_overlay``)."""
 
 from __future__ import annotations
 
@@ -38,6 +39,7 @@ from PySide6.QtGui import (
 )
 from PySide6.QtWidgets import QFrame, QSizePolicy, QTextBrowser, QToolTip, QWidget
 
+from app.origin_overlay import origin_runs
 from app.theme import ORIGIN_LABELS, code_background, code_font, is_dark, origin_background
 from engine.store.markdown_text import with_line_breaks
 
@@ -186,7 +188,7 @@ class MessageView(QTextBrowser):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self._source = ""
-        self._spans: list[tuple[str, str]] | None = None  # None: the source is Markdown
+        self._spans: list[tuple[str, str]] | None = None  # None: no origins to tint
         self._dark = is_dark(self)
         document = self.document()
         document.setUndoRedoEnabled(False)  # streaming would otherwise pile up undo steps
@@ -221,7 +223,8 @@ class MessageView(QTextBrowser):
         self._render()
 
     def set_spans(self, spans: list[tuple[str, str]]) -> None:
-        """Show the message as plain text with each (piece, origin) run tinted by its origin."""
+        """Show the joined (piece, origin) runs as Markdown, exactly as ``set_markdown`` would, with
+        each run's rendered text tinted by its origin."""
         spans = list(spans)
         if spans == self._spans:
             return
@@ -280,13 +283,11 @@ class MessageView(QTextBrowser):
         with self._view_kept():
             self._highlighter.suspended = True
             try:
-                if self._spans is None:
-                    document.setMarkdown(with_line_breaks(self._source), MARKDOWN_FEATURES)
-                    has_code = _style_code_blocks(document, self._dark)
-                    self.code_blocks = _label_code_blocks(document) if has_code else []
-                else:
-                    _insert_spans(document, self._spans, self._dark)
-                    has_code = False
+                document.setMarkdown(with_line_breaks(self._source), MARKDOWN_FEATURES)
+                has_code = _style_code_blocks(document, self._dark)
+                if self._spans is not None:
+                    _tint_origins(document, self._spans, self._dark)  # before the labels: they are not source
+                self.code_blocks = _label_code_blocks(document) if has_code else []
             finally:
                 self._highlighter.suspended = False
             if has_code:
@@ -400,15 +401,21 @@ def _label_code_blocks(document: QTextDocument) -> list[str]:
     return ["\n".join(lines) for _n, _l, lines in blocks]
 
 
-def _insert_spans(document: QTextDocument, spans: list[tuple[str, str]], dark: bool) -> None:
-    document.clear()
+def _tint_origins(document: QTextDocument, spans: list[tuple[str, str]], dark: bool) -> None:
+    """Lay each tinted origin's background (and a tooltip naming it) over the rendered text its spans
+    became. A char format, so the code highlighter's colours (layout formats) still show over it."""
+    if all(origin_background(origin, dark) is None for _, origin in spans):
+        return  # all the model's own words: nothing to place
     cursor = QTextCursor(document)
     cursor.beginEditBlock()
-    for piece, origin in spans:
-        fmt = QTextCharFormat()
+    for start, end, origin in origin_runs(spans, document.toRawText()):
         background = origin_background(origin, dark)
-        if background is not None:
-            fmt.setBackground(background)
-            fmt.setToolTip(ORIGIN_LABELS.get(origin, origin))
-        cursor.insertText(piece, fmt)
+        if background is None:
+            continue
+        fmt = QTextCharFormat()
+        fmt.setBackground(background)
+        fmt.setToolTip(ORIGIN_LABELS.get(origin, origin))
+        cursor.setPosition(start)
+        cursor.setPosition(end, QTextCursor.MoveMode.KeepAnchor)
+        cursor.mergeCharFormat(fmt)
     cursor.endEditBlock()
