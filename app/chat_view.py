@@ -176,10 +176,7 @@ class MessageWidget(QFrame):
 
     def set_live(self, text: str, spans: list[tuple[str, str]]) -> None:
         """The streamed text so far (the message is still partial)."""
-        if self.show_origins:
-            self.view.set_spans(spans)
-        else:
-            self._set_text(text)
+        self._set_text(text, spans if self.show_origins else None)
         self.stats.setText("generating…")
         self.stats.setVisible(True)
         self.continue_button.setVisible(False)
@@ -197,15 +194,18 @@ class MessageWidget(QFrame):
         self._render(self.message.content)
 
     def _render(self, text: str) -> None:
-        if self.show_origins and self.message.role == "assistant":
-            self.view.set_spans(self._spans_for(self.message))
-        else:
-            self._set_text(text)
+        origins = self.show_origins and self.message.role == "assistant"
+        self._set_text(text, self._spans_for(self.message) if origins else None)
 
-    def _set_text(self, text: str) -> None:
-        """The answer in the view; a reply's thinking, if any, behind the button above it."""
+    def _set_text(self, text: str, spans: list[tuple[str, str]] | None = None) -> None:
+        """The answer in the view (tinted by origin with ``spans``); a reply's thinking, if any,
+        behind the button above it."""
         split = split_thinking(text) if self.message.role == "assistant" else Split(None, text, False)
-        self.view.set_markdown(split.answer)
+        if spans is None:
+            self.view.set_markdown(split.answer)
+        else:  # the spans' own text split the same way: the answer's spans are its last characters
+            whole = "".join(t for t, _ in spans)
+            self.view.set_spans(spans_from(spans, len(whole) - len(split_thinking(whole).answer)))
         self.view.setVisible(bool(split.answer) or split.thinking is None)
         if split.thinking is None:
             self.thinking_button.hide()
@@ -227,6 +227,17 @@ class MessageWidget(QFrame):
         QGuiApplication.clipboard().setText(self.view.plain_text() or self.message.content)
         self.copy_button.setText("Copied ✓")  # the only sign a copy happened
         QTimer.singleShot(1500, self.copy_button, lambda: self.copy_button.setText("Copy"))  # dropped if deleted
+
+
+def spans_from(spans: list[tuple[str, str]], start: int) -> list[tuple[str, str]]:
+    """``spans`` without their first ``start`` characters (a reply's thinking, shown apart)."""
+    out = []
+    for text, origin in spans:
+        cut = min(start, len(text))
+        start -= cut
+        if text[cut:]:
+            out.append((text[cut:], origin))
+    return out
 
 
 class ChatView(QScrollArea):

@@ -1,5 +1,5 @@
 """MessageView and the origin theme, on the real (offscreen) Qt: Markdown without raw HTML, pygments
-colours in fenced code, origin tints on plain text, and a height that follows the text."""
+colours in fenced code, and a height that follows the text (origin tints: test_ui_origin_overlay.py)."""
 
 from __future__ import annotations
 
@@ -160,31 +160,6 @@ def test_unknown_language_and_bare_fences_stay_plain(view: MessageView) -> None:
     code = code_blocks(view.document())
     assert [b.text() for b in code] == ["x = 1", "y = 2"]
     assert all(not highlight_colours(b) for b in code)
-
-
-def test_spans_tint_copied_and_recalled_text_only(view: MessageView) -> None:
-    spans = [
-        ("Hello ", "model"),
-        ("copied **not bold**", "context"),
-        (" and ", "model"),
-        ("recalled", "recall"),
-    ]
-    view.set_spans(spans)
-    assert view.toPlainText() == "Hello copied **not bold** and recalled"
-    backgrounds = {text: fmt.background() for text, fmt in fragments(view.document())}
-    assert backgrounds["Hello "].style() == Qt.BrushStyle.NoBrush
-    assert backgrounds[" and "].style() == Qt.BrushStyle.NoBrush
-    assert backgrounds["copied **not bold**"].color() == origin_background("context", False)
-    assert backgrounds["recalled"].color() == origin_background("recall", False)
-    assert backgrounds["copied **not bold**"].color() != backgrounds["recalled"].color()
-
-
-def test_spans_after_markdown_are_plain_text(view: MessageView) -> None:
-    view.set_markdown("# Heading\n\n```python\nx = 1\n```")
-    view.set_spans([("# not a heading\n", "model"), ("x = 1", "context")])
-    assert view.toPlainText() == "# not a heading\nx = 1"
-    assert all(b.blockFormat().headingLevel() == 0 for b in blocks(view.document()))
-    assert not code_blocks(view.document())
 
 
 def test_plain_text_is_the_text_last_given(view: MessageView) -> None:

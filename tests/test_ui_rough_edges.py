@@ -471,6 +471,15 @@ def test_a_reasoning_models_thinking_is_shown_collapsed_apart_from_the_answer(qt
     user = MessageWidget(Message(2, 1, "user", "<think>not a reply</think>"), lambda m: [], False)
     qtbot.addWidget(user)
     assert user.view.plain_text() == "<think>not a reply</think>" and not user.thinking_button.isVisibleTo(user)
+    # Coloured by origin, the thinking stays apart too and the answer keeps its tints.
+    spans = [("<think>The user greets me.", "model"), (" I should greet back briefly.</think>\n\nHel", "recall"),
+             ("lo!", "model")]
+    tinted = MessageWidget(Message(3, 1, "assistant", text), lambda m: spans, True)
+    qtbot.addWidget(tinted)
+    tinted.show()
+    assert tinted.view.plain_text() == "Hello!" and tinted.thinking_button.text() == "Thought (9 words)"
+    tinted.set_live("<think>Still working it", [("<think>Still working it", "model")])
+    assert not tinted.view.isVisible() and tinted.thinking_button.text() == "Thinking… (3 words)"
 
 
 def test_messages_show_when_they_were_written(qtbot) -> None:
