@@ -240,8 +240,13 @@ class ChatController(QObject):
         self.store_call(lambda s: s.update_message(message.id, content=text, tokens=None, origins=None,
                                                    tokens_model=None), lambda _r: on_done())
 
-    def show_version(self, message: Message, number: int, on_done: Callable[[], None]) -> None:
-        self.store_call(lambda s: s.show_version(message.id, number), lambda _r: on_done())
+    def show_version(self, message: Message, number: int, on_done: Callable[[list[Message]], None]) -> None:
+        """Show another version of a reply; ``on_done`` gets the conversation's messages as they are then."""
+        def show(s: Store) -> list[Message]:
+            s.show_version(message.id, number)
+            return s.messages(message.conversation_id)
+
+        self.store_call(show, on_done)
 
     def delete_message(self, message: Message, on_done: Callable[[], None]) -> None:
         self.store_call(lambda s: s.delete_message(message.id), lambda _r: (on_done(), self.conversationsChanged.emit()))

@@ -421,7 +421,18 @@ class MainWindow(QMainWindow):
     def show_version(self, message: Message, number: int) -> None:
         """Show another version of a reply (and the message it answered, as it was then)."""
         if self._idle("show another version"):
-            self.controller.show_version(message, number, self._reload)
+            self.controller.show_version(message, number, self._update_messages)
+
+    def _update_messages(self, messages: list[Message]) -> None:
+        """Changed messages redrawn in place: the chat stays where it was scrolled."""
+        if not messages or messages[0].conversation_id != self.current:
+            return
+        by_id = {m.id: m for m in messages}
+        for w in self.chat.widgets:
+            m = by_id.get(w.message.id)
+            if m is not None and m != w.message:
+                w.update_message(m)
+        self._show_context(messages)
 
     def delete_message(self, message: Message) -> None:
         if not self._idle("delete it"):

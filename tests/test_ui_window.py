@@ -139,6 +139,7 @@ def test_regenerate_replaces_the_last_reply_and_edit_resends(qtbot, make_window,
     assert [m.content for m in messages(tmp_path, w.current)] == ["one", "Echo: one"]
     assert not w.chat.widgets[-1].older_button.isEnabled()
     assert not w.chat.widgets[0].version_label.isVisible()  # the switcher sits on the reply alone
+    assert reply is w.chat.widgets[-1]  # redrawn in place, not reloaded: the chat keeps its scroll position
 
 
 def test_delete_asks_first(qtbot, make_window, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
