@@ -4,6 +4,7 @@ so a bad value is caught here with its reason rather than when the model loads o
 from __future__ import annotations
 
 import dataclasses
+import os
 from pathlib import Path
 
 from PySide6.QtCore import Qt, QUrl
@@ -168,9 +169,10 @@ class SettingsDialog(QDialog):
             self.on_machine.itemActivated.connect(self._choose_local)
             self.on_machine.itemClicked.connect(self._choose_local)
         self.on_machine.clear()
-        for m in local_models():
+        chosen = self._initial.model
+        for m in local_models([Path(chosen)] if chosen and model_kind(chosen) == "path" else []):
             size = f"{m.size / 2**30:.1f} GB" if m.size >= 2**30 else f"{m.size / 2**20:.0f} MB"
-            name = "SmolLM2-135M-Instruct (embedded)" if m.spec == EMBEDDED else m.spec
+            name = "SmolLM2-135M-Instruct (embedded)" if m.spec == EMBEDDED else _short_path(m.spec)
             item = QListWidgetItem(f"{name} — {m.family or 'unknown'} · {size}"
                                    + ("" if m.supported else " · not supported"))
             item.setData(Qt.ItemDataRole.UserRole, m.spec)
@@ -230,6 +232,9 @@ class SettingsDialog(QDialog):
         spec = item.data(Qt.ItemDataRole.UserRole)
         if spec == EMBEDDED:
             self.model_kind.setCurrentIndex(self.model_kind.findData("embedded"))
+        elif model_kind(spec) == "path":
+            self.model_kind.setCurrentIndex(self.model_kind.findData("path"))
+            self.model_path.setText(spec)
         else:
             self.model_kind.setCurrentIndex(self.model_kind.findData("hub"))
             self.model_repo.setText(spec)
@@ -400,6 +405,12 @@ class SettingsDialog(QDialog):
 
     def _show_data_dir(self) -> None:
         QDesktopServices.openUrl(self.data_folder_url())
+
+
+def _short_path(spec: str) -> str:
+    """A path under the home folder as ~/..., anything else as it is."""
+    home = str(Path.home())
+    return "~" + spec[len(home):] if spec.startswith(home + os.sep) else spec
 
 
 def _add_row(form: QFormLayout, text: str, field: QWidget, buddy: QWidget | None = None) -> QLabel:

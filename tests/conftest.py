@@ -82,6 +82,8 @@ def hf_cache(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathF
     root = tmp_path_factory.mktemp("hf-cache")
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setattr("huggingface_hub.constants.HF_HUB_CACHE", str(root))
+    monkeypatch.setenv("HOME", str(tmp_path_factory.mktemp("home")))  # no LM Studio folder of the machine's
+    monkeypatch.delenv("LANES_MODELS_DIR", raising=False)
 
     def add(repo: str, files: dict[str, bytes]):  # -> Path
         entry = root / ("models--" + repo.replace("/", "--"))

@@ -22,8 +22,7 @@ from mlx_lm.models import llama
 from mlx_lm.tokenizer_utils import TokenizerWrapper
 
 from engine.errors import ModelLoadError
-
-SUPPORTED_ARCHITECTURES = ("llama",)
+from engine.model.gguf_header import SUPPORTED_ARCHITECTURES
 
 # Split patterns of the pre-tokenizers llama.cpp names (as in each model's tokenizer.json).
 _LLAMA3_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
