@@ -1,6 +1,7 @@
 """A Hugging Face Hub on loopback for download tests: the model-info API and the resolve endpoint
 (HEAD with the commit and ETag, GET with range requests for resume), as huggingface_hub reads them.
-Files can be served slowly so a test can cancel part way."""
+Files can be served slowly so a test can cancel part way, a connection cut after some bytes, and a
+file's ETag (its sha256) claimed wrongly, as for bytes corrupted on the way."""
 
 from __future__ import annotations
 
@@ -15,8 +16,11 @@ SHA = "a" * 40
 
 
 class FakeHub:
-    def __init__(self, repos: dict[str, dict[str, bytes]], chunk: int = 4096, delay: float = 0.0) -> None:
-        self.repos, self.chunk, self.delay = repos, chunk, delay
+    def __init__(self, repos: dict[str, dict[str, bytes]], chunk: int = 4096, delay: float = 0.0,
+                 cut_after: int | None = None, etags: dict[str, str] | None = None, ranges: bool = True) -> None:
+        self.repos, self.chunk, self.delay, self.ranges = repos, chunk, delay, ranges  # ranges: honour Range
+        self.cut_after = cut_after  # the next GET of a longer file ends after this many body bytes, connection closed
+        self.etags = etags or {}  # file name -> the ETag claimed instead of its sha256
         self.requests: list[tuple[str, str, str | None]] = []  # (method, path, Range header)
         hub = self
 
@@ -75,11 +79,11 @@ class FakeHub:
         if data is None:
             return self._missing(h)
         start = 0
-        if (rng := h.headers.get("Range")) and (m := re.fullmatch(r"bytes=(\d+)-", rng)):
+        if self.ranges and (rng := h.headers.get("Range")) and (m := re.fullmatch(r"bytes=(\d+)-", rng)):
             start = int(m.group(1))
         h.send_response(206 if start else 200)
         h.send_header("X-Repo-Commit", SHA)
-        h.send_header("ETag", f'"{hashlib.sha256(data).hexdigest()}"')
+        h.send_header("ETag", f'"{self.etags.get(name) or hashlib.sha256(data).hexdigest()}"')
         h.send_header("Accept-Ranges", "bytes")
         if start:
             h.send_header("Content-Range", f"bytes {start}-{len(data) - 1}/{len(data)}")
@@ -87,9 +91,13 @@ class FakeHub:
         h.end_headers()
         if not body:
             return
+        end = len(data)
+        if self.cut_after is not None and end - start > self.cut_after:
+            end, self.cut_after = start + self.cut_after, None
+            h.close_connection = True
         try:
-            for i in range(start, len(data), self.chunk):
-                h.wfile.write(data[i : i + self.chunk])
+            for i in range(start, end, self.chunk):
+                h.wfile.write(data[i : min(i + self.chunk, end)])
                 h.wfile.flush()
                 time.sleep(self.delay)
         except (BrokenPipeError, ConnectionResetError):

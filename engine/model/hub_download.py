@@ -2,11 +2,12 @@
 the files an mlx-lm model needs, with progress, cancel and resume.
 
 ``huggingface_hub`` does the transfer into its own cache (where Lanes finds the model afterwards),
-file by file, so a download that was stopped resumes at the file it was in: the files already
-complete are kept (a large model's weights come in shards of up to 5 GB). huggingface_hub 2.4 drops
-a partly transferred file (its temporary name is unique to one attempt), so that one file starts
-over. Progress comes through its ``tqdm_class`` hook, which is also where a cancel lands (between
-chunks of a file).
+file by file: the files already complete are kept. A large file (a weights shard, up to 5 GB) resumes
+to the byte: huggingface_hub 2.4 drops a partly transferred file (its temporary name is unique to
+one attempt), so ``engine.model.hub_resume`` fetches it into a partial file of its own that outlives
+a cancel, a cut connection or a restart, and hands the finished blob to ``hf_hub_download``, which
+links it into the snapshot as its own. Progress comes through the ``tqdm_class`` hook, which is also
+where a cancel lands (after each chunk written).
 """
 
 from __future__ import annotations
@@ -21,13 +22,15 @@ from typing import Any
 from tqdm import tqdm
 
 from engine.errors import LanesError
+from engine.model import hub_resume
 
 # What an mlx-lm model folder needs: weights, config, tokenizer and chat template files.
 WANTED = ("*.safetensors", "*.json", "*.jinja", "tokenizer.model", "*.tiktoken", "*.txt", "*.py")
 
 
 class DownloadCancelled(LanesError):
-    """The person stopped the download; the files that arrived whole are kept for the next one."""
+    """The person stopped the download; what arrived is kept for the next one (a large file's bytes,
+    a small file once whole)."""
 
 
 @dataclass(frozen=True)
@@ -46,7 +49,7 @@ def download(repo: str, on_progress: Callable[[Progress], None], cancelled: Call
     """Download ``repo``'s model files into the Hugging Face cache (from ``endpoint``, else
     ``$HF_ENDPOINT``, else the Hub); returns its snapshot folder.
     Raises DownloadCancelled when ``cancelled()`` turns true, a LanesError naming the repo when it
-    cannot be found or reached."""
+    cannot be found or reached, or naming the file that arrived corrupted (then removed)."""
     from huggingface_hub import HfApi, hf_hub_download
     from huggingface_hub.errors import HfHubHTTPError, RepositoryNotFoundError
 
@@ -62,12 +65,25 @@ def download(repo: str, on_progress: Callable[[Progress], None], cancelled: Call
     if not any(name.endswith(".safetensors") for name, _ in files):
         raise LanesError(f"'{repo}' has no .safetensors weights: it is not a model MLX can load")
     total, before = sum(size for _, size in files), 0
-    folder = None
-    for name, size in files:
+    hub_resume.discard_unlisted(repo, [name for name, _ in files])
+
+    def stop() -> None:
         if cancelled():
             raise DownloadCancelled(f"stopped downloading '{repo}'")
-        bar = _bar(lambda done, name=name, base=before: on_progress(Progress(base + done, total, name)), cancelled)
-        folder = Path(hf_hub_download(repo, name, endpoint=endpoint, tqdm_class=bar)).parent  # main, as Lanes looks it up
+
+    folder = None
+    for name, size in files:
+        stop()
+
+        def report(done: int, name: str = name, base: int = before) -> None:
+            on_progress(Progress(base + done, total, name))
+
+        blob = None
+        if size >= hub_resume.RESUMABLE_MIN:  # cancel is seen by the partial file, after a chunk is kept
+            blob = hub_resume.fetch(repo, name, endpoint=endpoint, tqdm_class=_bar(report, lambda: False), check=stop)
+        pointer = Path(hf_hub_download(repo, name, endpoint=endpoint, tqdm_class=_bar(report, cancelled)))
+        hub_resume.settle(blob, pointer)
+        folder = pointer.parent  # main, as Lanes looks it up
         before += size
         on_progress(Progress(before, total, name))
     assert folder is not None
@@ -85,6 +101,8 @@ def _bar(report: Callable[[int], None], cancelled: Callable[[], bool]) -> type[t
             self.bytes = int(kwargs.get("initial") or 0)  # a resumed file starts where it stopped
             kwargs["disable"] = True
             super().__init__(*args, **kwargs)
+            if self.bytes:
+                report(self.bytes)  # the bytes already on disk count at once
 
         def update(self, n: float | None = 1) -> bool | None:
             self.bytes += int(n or 0)
