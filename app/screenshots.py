@@ -121,7 +121,7 @@ def _render(app: Any, out: Path, folder: Path, engine_factory: Callable[[str | N
         settle(0.4)
         _save(window, paths[2])
         _reading(window, paths[3], finished, timeout_s)
-        _settings(window, paths[4])
+        _settings(window, paths[4], folder / "models")
         _compare(window, paths[5], timeout_s)
         return paths
     finally:
@@ -152,16 +152,31 @@ def _reading(window: Any, path: Path, finished: list[int], timeout_s: float) -> 
     settle(0.2)
 
 
-def _settings(window: Any, path: Path) -> None:
-    """Settings as it opens: the models on this machine listed under the model fields."""
+def _settings(window: Any, path: Path, shelf: Path) -> None:
+    """Settings as it opens, the models on this machine listed under the model fields: besides the
+    embedded one (and the machine's own), a models folder (``$LANES_MODELS_DIR``) holding the embedded
+    model written as an mlx-lm llama folder (``lanes make-model``, a process of its own: MLX belongs
+    to the engine's thread here) and its GGUF file."""
+    import subprocess
+
     from app.bench_ui import settle
     from app.settings_dialog import SettingsDialog
+    from engine.model.local_models import MODELS_DIR_ENV
+    from engine.model.locate import embedded_model_path
 
-    dialog = SettingsDialog(window.prefs, window)
-    dialog.show()
-    settle(0.4)
-    _save(dialog, path, None)
-    dialog.reject()
+    subprocess.run([sys.executable, "-m", "engine.cli", "make-model", "embedded-as-llama",
+                    str(shelf / "SmolLM2-135M-Instruct-llama")], check=True, capture_output=True)
+    gguf = embedded_model_path()
+    (shelf / gguf.name).symlink_to(gguf)
+    os.environ[MODELS_DIR_ENV] = str(shelf)
+    try:
+        dialog = SettingsDialog(window.prefs, window)
+        dialog.show()
+        settle(0.4)
+        _save(dialog, path, None)
+        dialog.reject()
+    finally:
+        del os.environ[MODELS_DIR_ENV]
 
 
 def _compare(window: Any, path: Path, timeout_s: float) -> Path:

@@ -164,7 +164,7 @@ class SettingsDialog(QDialog):
             self.on_machine.setAccessibleName("Models on this machine")
             self.on_machine.setMaximumHeight(self.fontMetrics().lineSpacing() * 6)
             self.on_machine.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)  # long names elide
-            self.on_machine.setTextElideMode(Qt.TextElideMode.ElideMiddle)
+            self.on_machine.setTextElideMode(Qt.TextElideMode.ElideRight)  # a local model's folder goes first
             self.on_machine.setMinimumWidth(self.fontMetrics().averageCharWidth() * 60)
             self.on_machine.itemActivated.connect(self._choose_local)
             self.on_machine.itemClicked.connect(self._choose_local)
@@ -172,11 +172,15 @@ class SettingsDialog(QDialog):
         chosen = self._initial.model
         for m in local_models([Path(chosen)] if chosen and model_kind(chosen) == "path" else []):
             size = f"{m.size / 2**30:.1f} GB" if m.size >= 2**30 else f"{m.size / 2**20:.0f} MB"
-            name = "SmolLM2-135M-Instruct (embedded)" if m.spec == EMBEDDED else _short_path(m.spec)
+            local = m.spec != EMBEDDED and model_kind(m.spec) == "path"
+            name = ("SmolLM2-135M-Instruct (embedded)" if m.spec == EMBEDDED
+                    else Path(m.spec).name if local else m.spec)
             item = QListWidgetItem(f"{name} — {m.family or 'unknown'} · {size}"
-                                   + ("" if m.supported else " · not supported"))
+                                   + ("" if m.supported else " · not supported")
+                                   + (f" · in {_short_path(str(Path(m.spec).parent))}" if local else ""))
             item.setData(Qt.ItemDataRole.UserRole, m.spec)
-            item.setToolTip("Lanes runs it" if m.supported else f"Lanes cannot run it: {m.why}")
+            item.setToolTip((f"{_short_path(m.spec)}\n" if local else "")
+                            + ("Lanes runs it" if m.supported else f"Lanes cannot run it: {m.why}"))
             if not m.supported:
                 item.setFlags(item.flags() & ~Qt.ItemFlag.ItemIsEnabled)
             self.on_machine.addItem(item)

@@ -80,7 +80,9 @@ def test_models_in_local_folders_are_listed_with_family_size_and_support(qtbot, 
     items = {d.on_machine.item(i).data(Qt.ItemDataRole.UserRole): d.on_machine.item(i)
              for i in range(d.on_machine.count())}
     assert list(items) == list(found)
-    assert items[str(studio)].text().startswith("~/.lmstudio/models/lmstudio-community/Gemma — gemma3_text")
+    assert items[str(studio)].text().startswith("Gemma — gemma3_text")
+    assert items[str(studio)].text().endswith(" · in ~/.lmstudio/models/lmstudio-community")
+    assert items[str(studio)].toolTip() == "~/.lmstudio/models/lmstudio-community/Gemma\nLanes runs it"
     assert not items[str(phi.spec)].flags() & Qt.ItemFlag.ItemIsEnabled
     d.on_machine.itemClicked.emit(items[qwen.spec])
     assert d.model_kind.currentData() == "path" and d.model_path.text() == qwen.spec
