@@ -52,6 +52,7 @@ def start(sched: Scheduler, plan: RoundPlan, width: int, sampling: list[int], ch
         return False  # a recurrent state, once advanced, could not be overwritten like keys
     if not (sched.passes.speculate_ahead or all(s.surely_draft_free_next(sched.recall) for s in plan.streams)):
         return False
+    mx.async_eval(choices)  # this round's pass goes to the device before the next one is built
     for row in range(len(plan.streams)):
         sched.lanes.advance(row, 1)
     sched.lanes.end_round()

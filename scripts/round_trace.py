@@ -1,0 +1,200 @@
+"""Where `on` spends its time against `plain`, round by round: every engine step of a workload is
+timed whole and sorted by what kind of round it ran.
+
+    PYTHONPATH=~/site:. python3 scripts/round_trace.py [--workload W] [--repeats N] [--cells plain,on]
+        [--accelerator] [--json OUT]
+
+Kinds: ``ahead`` (a draft-free round whose pass ran ahead: the pipeline's steady state), ``sync`` (a
+draft-free round computed when it came, e.g. the round after one that drafted), ``draft`` (a round
+with draft rows), ``dropped`` (a draft round that first waited for a pass run ahead and thrown
+away), ``waited`` (a draft-free round that did), ``joining`` (a step that also prefilled a prompt).
+For each cell it prints tok/s per repeat, and per kind the rounds per run and their median
+milliseconds; with several cells, each cell's ratio to the first per repeat (cells alternate, after
+one unmeasured run of each: the first run of a shape compiles its kernels on a GPU). The JSON
+holds each run's summary, with what the allocator expected its drafting rounds to gain and cost.
+``--accelerator`` runs a GPU's round logic (passes that speculate ahead) on any device, to try the
+paths on a CPU.
+
+Measured with it on the H200 (docs/engine.md, "What happens in a round", item 7), the no-copy
+workload at 4 streams: a round run ahead 7.6-8.3 ms, the round after a drafting one 17-21 ms, a
+drafting round 9.7-12.6 ms, one that dropped a pass run ahead 10-14 ms.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import statistics
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from engine.bench.cell_specs import parse_cell
+from engine.bench.runner import _calibrated, run_lanes
+from engine.bench.workloads import load_workload
+from engine.model.loading import load_model
+from engine.passes.choice import ACCELERATOR
+from engine.rounds import scheduler as sched_mod
+
+
+class Trace:
+    def __init__(self) -> None:
+        self.rounds: list[dict[str, Any]] = []
+        self.current: dict[str, Any] = {}
+        self.gc_s = [0.0, 0.0, 0.0]  # seconds in the garbage collector, by generation
+        self.gc_n = [0, 0, 0]
+        self._gc_t0 = 0.0
+        self.costs: Any = None  # the last cell's cost model, as its rounds left it
+
+    def on_gc(self, phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            self._gc_t0 = time.perf_counter()
+        else:
+            g = info["generation"]
+            self.gc_s[g] += time.perf_counter() - self._gc_t0
+            self.gc_n[g] += 1
+
+
+TRACE = Trace()
+_orig_allocate = sched_mod.allocate
+_orig_prepare = sched_mod.Scheduler._prepare
+_orig_step = sched_mod.Scheduler.step
+_orig_verify = sched_mod.Scheduler._verify
+_orig_plan = sched_mod.Scheduler._plan
+
+
+def _plan(self: Any) -> Any:
+    t0 = time.perf_counter()
+    out = _orig_plan(self)
+    TRACE.costs = self.costs
+    TRACE.current["plan"] = time.perf_counter() - t0
+    return out
+
+
+def _allocate(offers: Any, n: int, cost: Any, overhead: float, **kw: Any) -> Any:
+    a = _orig_allocate(offers, n, cost, overhead, **kw)
+    TRACE.current.update(offers=len(offers), expected=a.expected_tokens - n, predicted=a.seconds,
+                         keep=kw.get("keep_seconds"), dropping=kw.get("dropping", 0.0), granted=sum(a.rows))
+    return a
+
+
+def _prepare(self: Any, rider: Any) -> Any:
+    r = _orig_prepare(self, rider)
+    TRACE.current.update(kind=r.kind, width=r.width, batch=r.batch, waited=r.waited, keys=r.keys)
+    return r
+
+
+def _verify(self: Any, r: Any, choice_rows: Any, sampled: Any, advanced: Any, *a: Any) -> Any:
+    before = sum(k * n for k, n in self.histogram.items())
+    out = _orig_verify(self, r, choice_rows, sampled, advanced, *a)
+    TRACE.current["accepted"] = sum(k * n for k, n in self.histogram.items()) - before
+    return out
+
+
+def _step(self: Any) -> None:
+    TRACE.current = {"joining": bool(self.joining)}
+    t0 = time.perf_counter()
+    _orig_step(self)
+    TRACE.current["seconds"] = time.perf_counter() - t0
+    if "kind" in TRACE.current:
+        TRACE.rounds.append(TRACE.current)
+
+
+KINDS = ("ahead", "sync", "draft", "dropped", "waited", "joining")
+
+
+def category(r: dict[str, Any]) -> str:
+    if r["joining"]:
+        return "joining"
+    if r["kind"] == "ahead":
+        return "ahead"
+    if r["width"] > 1:
+        return "dropped" if r["waited"] else "draft"
+    return "waited" if r["waited"] else "sync"
+
+
+def summarise(rounds: list[dict[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {"rounds": len(rounds), "seconds": sum(r["seconds"] for r in rounds),
+                           "plan_ms": 1e3 * sum(r.get("plan", 0.0) for r in rounds),
+                           "gc_ms": [round(1e3 * t, 2) for t in TRACE.gc_s], "gc_n": list(TRACE.gc_n)}
+    for cat in KINDS:
+        ts = [r["seconds"] for r in rounds if category(r) == cat]
+        out[cat] = {"n": len(ts), "ms_median": 1e3 * statistics.median(ts) if ts else None,
+                    "ms_total": 1e3 * sum(ts)}
+    drafting = [r for r in rounds if r["width"] > 1]
+    out["drafting"] = {
+        "rounds": len(drafting),
+        "granted": sum(r.get("granted", 0) for r in drafting),
+        "expected": sum(r.get("expected", 0.0) for r in drafting),
+        "accepted": sum(r.get("accepted", 0) for r in drafting),
+        "predicted_ms": 1e3 * sum(r.get("predicted", 0.0) for r in drafting),
+        "keep_ms_median": 1e3 * statistics.median([r["keep"] for r in drafting if r.get("keep")] or [0.0]),
+    }
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--workload", type=Path, default=Path("resources/workloads/no-copy.jsonl"))
+    ap.add_argument("--model", default=None)
+    ap.add_argument("--cells", default="plain,on")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--max-tokens", type=int, default=None)
+    ap.add_argument("--accelerator", action="store_true")
+    ap.add_argument("--json", type=Path, default=None)
+    args = ap.parse_args()
+    sched_mod.allocate = _allocate
+    sched_mod.Scheduler._prepare = _prepare
+    sched_mod.Scheduler.step = _step
+    sched_mod.Scheduler._verify = _verify
+    sched_mod.Scheduler._plan = _plan
+    gc.callbacks.append(TRACE.on_gc)
+    loaded = load_model(args.model)
+    if args.accelerator:
+        loaded = replace(loaded, passes=ACCELERATOR)
+    items = load_workload(args.workload, args.max_tokens)
+    costs = _calibrated(loaded)
+    print("costs ms", {k: round(v * 1e3, 2) for k, v in costs.snapshot().items()}, "context", costs.context,
+          file=sys.stderr)
+    specs = args.cells.split(",")
+    runs: dict[str, list[dict[str, Any]]] = {s: [] for s in specs}
+    for rep in range(args.repeats + 1):
+        order = specs[rep % len(specs):] + specs[: rep % len(specs)]
+        for spec in order:
+            TRACE.rounds, TRACE.gc_s, TRACE.gc_n = [], [0.0, 0.0, 0.0], [0, 0, 0]
+            run = run_lanes(loaded, items, costs, parse_cell(spec))
+            if rep == 0:
+                continue
+            s = summarise(TRACE.rounds)
+            s["tok_s"] = run.tok_s
+            c = TRACE.costs
+            s["model_ms"] = {k: round(1e3 * v, 3) for k, v in {
+                "kept4": c.kept(4), "pass4x1": c.cost(4, 1, keys=400), "pass4x16": c.cost(4, 16, keys=400),
+                "overhead": c.overhead}.items()}
+            runs[spec].append(s)
+            print(f"{rep} {spec}: {run.tok_s:.1f} tok/s {json.dumps(s)}", file=sys.stderr)
+    for spec in specs:
+        tok = [s["tok_s"] for s in runs[spec]]
+        print(f"{spec}: median {statistics.median(tok):.1f} tok/s over {len(tok)}: {[round(t, 1) for t in tok]}")
+        for cat in KINDS:
+            ms = [s[cat]["ms_median"] for s in runs[spec] if s[cat]["ms_median"] is not None]
+            if ms:
+                n = sum(s[cat]["n"] for s in runs[spec]) / len(runs[spec])
+                print(f"  {cat:8s} {n:6.1f} rounds a run, median {statistics.median(ms):6.2f} ms")
+    if len(specs) > 1:
+        base = runs[specs[0]]
+        for spec in specs[1:]:
+            ratios = [b["tok_s"] / a["tok_s"] for a, b in zip(base, runs[spec], strict=True)]
+            print(f"{spec}/{specs[0]} per repeat: {[round(x, 3) for x in ratios]}, median "
+                  f"{statistics.median(ratios):.3f}")
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps({"costs_ms": {k: v * 1e3 for k, v in costs.snapshot().items()},
+                                         "runs": runs}, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
