@@ -13,11 +13,7 @@ milliseconds; with several cells, each cell's ratio to the first per repeat (cel
 one unmeasured run of each: the first run of a shape compiles its kernels on a GPU). The JSON
 holds each run's summary, with what the allocator expected its drafting rounds to gain and cost.
 ``--accelerator`` runs a GPU's round logic (passes that speculate ahead) on any device, to try the
-paths on a CPU.
-
-Measured with it on the H200 (docs/engine.md, "What happens in a round", item 7), the no-copy
-workload at 4 streams: a round run ahead 7.6-8.3 ms, the round after a drafting one 17-21 ms, a
-drafting round 9.7-12.6 ms, one that dropped a pass run ahead 10-14 ms.
+paths on a CPU. What it measured on the H200 is in docs/engine.md ("What happens in a round", item 7).
 """
 
 from __future__ import annotations
