@@ -85,6 +85,7 @@ BAD_VALUES = {
     "export_dir": 1.5,
     "theme": 0,
     "text_scale": "big",
+    "show_sidebar": "no",
 }
 
 
