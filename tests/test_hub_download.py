@@ -107,7 +107,7 @@ def test_a_cancelled_large_file_resumes_at_the_byte_it_stopped_at(cache: Path) -
         assert 0 < kept < len(FILES[WEIGHTS])
         [partial] = hub_resume.partials(REPO)
         assert partial.read_bytes() == FILES[WEIGHTS][:kept]  # every byte received is kept
-        assert partial in {f.file_path for f in scan_cache_dir().incomplete_files}  # `hf cache ls` shows it
+        assert partial in {f.file_path for f in scan_cache_dir(cache).incomplete_files}  # `hf cache ls` shows it
         assert try_to_load_from_cache(REPO, WEIGHTS) is None
         hub.requests.clear()
         seen: list[Progress] = []
@@ -122,7 +122,7 @@ def test_a_cancelled_large_file_resumes_at_the_byte_it_stopped_at(cache: Path) -
     assert (folder / WEIGHTS).is_symlink() and not os.readlink(folder / WEIGHTS).startswith("/")
     assert (folder / WEIGHTS).resolve() == (hub_resume.storage_folder(REPO) / "blobs" / sha256).resolve()
     assert (hub_resume.storage_folder(REPO) / "refs" / "main").read_text() == SHA
-    info = scan_cache_dir()
+    info = scan_cache_dir(cache)  # its module keeps the cache path it was imported with
     [repo] = [r for r in info.repos if r.repo_id == REPO]
     [revision] = repo.revisions
     assert revision.commit_hash == SHA and revision.refs == frozenset({"main"})
