@@ -112,6 +112,9 @@ def test_an_error_shows_in_its_message_with_retry_and_the_others_continue(qtbot,
     qtbot.waitUntil(lambda: len(w.controller.service.engine.requests) == n + 1)
     qtbot.waitUntil(lambda: not w.controller.generating(), timeout=30000)
     assert messages(tmp_path, ok)[-1].status == "complete"
+    failed = messages(tmp_path, w.current)
+    assert [(m.role, m.status, m.versions) for m in failed] == [("user", "complete", 1), ("assistant", "error", 1)]
+    assert failed[-1].id == widget.message.id  # the failure was written over, not kept as a version
 
 
 def test_regenerate_replaces_the_last_reply_and_edit_resends(qtbot, make_window, tmp_path: Path) -> None:
@@ -140,6 +143,22 @@ def test_regenerate_replaces_the_last_reply_and_edit_resends(qtbot, make_window,
     assert not w.chat.widgets[-1].older_button.isEnabled()
     assert not w.chat.widgets[0].version_label.isVisible()  # the switcher sits on the reply alone
     assert reply is w.chat.widgets[-1]  # redrawn in place, not reloaded: the chat keeps its scroll position
+
+
+def test_retrying_a_failed_version_keeps_the_earlier_ones(qtbot, make_window, tmp_path: Path) -> None:
+    w = make_window()
+    qtbot.waitUntil(lambda: w.send_button.isEnabled())
+    w.send("one")
+    wait_reply_saved(qtbot, w)
+    w.controller.edit_last(w.current, "please FAIL", w.prefs.reply_settings())
+    qtbot.waitUntil(lambda: (m := last_reply(w)) is not None and m.status == "error" and m.version == 2)
+    qtbot.mouseClick(w.chat.widgets[-1].retry_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: len(w.controller.service.engine.requests) == 3)
+    qtbot.waitUntil(lambda: not w.controller.generating())
+    reply = messages(tmp_path, w.current)[-1]
+    assert (reply.status, reply.version, reply.versions) == ("error", 2, 2)  # written over, not a third
+    with Store(tmp_path / "lanes.db") as store:
+        assert [(v.number, v.prompt, v.content) for v in store.versions(reply.id)] == [(1, "one", "Echo: one")]
 
 
 def test_delete_asks_first(qtbot, make_window, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

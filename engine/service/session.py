@@ -183,7 +183,8 @@ class ChatSession:
 
     def resend(self, conversation_id: int, text: str | None = None, settings: ReplySettings | None = None) -> Reply:
         """Answer the conversation's last user message again, as a new version of its reply: the reply
-        is kept as an earlier version (with the message as it was), anything after it is deleted.
+        is kept as an earlier version (with the message as it was; a failed one is written over), anything
+        after it is deleted.
 
         With ``text`` the message is edited before it is resent ("edit and resend"); without, this is
         "regenerate the last reply".
@@ -200,7 +201,10 @@ class ChatSession:
         reply = next((m for m in messages[users[-1] + 1:] if m.role == "assistant"), None)
         with self.store.write():
             self.store.delete_messages_after(last.id if reply is None else reply.id)
-            if reply is not None:
+            if reply is not None and reply.status == "error":  # Retry: a failure is no version worth keeping
+                self.store.update_message(reply.id, content="", status="partial", error=None, stats=None,
+                                          origins=None, tokens=None, tokens_model=None)
+            elif reply is not None:
                 self.store.new_version(reply.id)
             if text is not None:
                 self.store.update_message(last.id, content=text, tokens=tokens, tokens_model=self.model)
