@@ -19,10 +19,9 @@ from PySide6.QtCore import QObject, QTimer, Signal, Slot
 
 from engine.errors import ModelLoadError
 from engine.events import ModelInfo, Notice, Reading, Tokens, Waiting
-from engine.model import kv_files
 from engine.rounds.engine_thread import Engine
 from engine.service.chat_service import ChatService, ReplyBegun, ReplySaved, ServiceEvent
-from engine.service.session import ReplySettings
+from engine.service.session import ReplySettings, delete_without_engine
 from engine.service.spans import origin_spans
 from engine.store.records import Conversation, ConversationSummary, Message
 from engine.store.store import Store
@@ -273,13 +272,8 @@ class ChatController(QObject):
             self.conversationsChanged.emit()
             on_done()
 
-        if self.info is None:  # no engine to ask: the store, then the conversation's KV files, on the store thread
-            def delete(s: Store) -> None:
-                key = s.conversation(conversation_id).key
-                s.delete_conversation(conversation_id)
-                kv_files.remove_conversation(kv_files.folder(s.path.parent), key)
-
-            self.store_call(delete, gone)
+        if self.info is None:  # no engine to ask yet
+            self.store_call(lambda s: delete_without_engine(s, conversation_id), gone)
         else:
             self.when_done(self.service.session_call(lambda cs: cs.delete_conversation(conversation_id)), gone,
                            lambda exc: self.storeError.emit(str(exc)))

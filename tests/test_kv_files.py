@@ -76,24 +76,6 @@ def test_lanes_delete_deletes_the_conversations_kv_files(tmp_path: Path) -> None
     assert [f.exists() for f in files] == [False, True, False, True]
 
 
-def test_the_windows_service_gives_its_engine_the_data_dirs_kv_folder(tmp_path: Path, monkeypatch) -> None:
-    from engine.service import chat_service
-    from tests.fake_engine import FakeEngine
-
-    made: list[tuple[str | None, dict]] = []
-
-    def engine(model: str | None, **kw: object) -> FakeEngine:
-        made.append((model, kw))
-        return FakeEngine(model)
-
-    monkeypatch.setattr(chat_service, "Engine", engine)
-    svc = chat_service.ChatService(tmp_path / "lanes.db", "some-model")
-    try:
-        assert made == [("some-model", {"kv_dir": tmp_path / "kv"})]
-    finally:
-        svc.close()
-
-
 # -- the memory tier's contract with the disk tier, on small caches ----------------------------
 def caches(n: int, layers: int = 2) -> list[KVCache]:
     out = []
@@ -290,3 +272,24 @@ def test_deleting_a_conversation_through_the_session_deletes_its_file(loaded, tm
         session.delete_conversation(conv.id)
         eng.run_sync(lambda s: None)  # the engine's commands run in order: the forget has run
         assert not path.exists()
+
+
+@pytest.mark.model
+def test_the_windows_service_keeps_a_long_chats_kv_beside_its_database(tmp_path: Path) -> None:
+    """The window's ChatService on the real engine (its own default): a long chat's turn is written
+    to the data folder's kv/ as the service closes, and deleting the conversation removes it."""
+    from engine.service.chat_service import ChatService
+    from engine.service.session import ReplySettings
+
+    svc = ChatService(tmp_path / "lanes.db")
+    conv = svc.store.submit(lambda s: s.create_conversation(system_prompt=SYSTEM["content"])).result()
+    svc.start_reply(conv.id, "Name a lighthouse.", ReplySettings(max_tokens=4), lambda ev: None).done.result(120)
+    svc.close()
+    [path] = list((tmp_path / "kv").glob(f"*/{conv.key}.safetensors"))
+    svc = ChatService(tmp_path / "lanes.db")
+    try:
+        svc.session_call(lambda cs: cs.delete_conversation(conv.id)).result(60)
+        svc.engine.run_sync(lambda s: None)  # the engine's commands run in order: the forget has run
+        assert not path.exists()
+    finally:
+        svc.close()

@@ -41,9 +41,8 @@ def f(x):
 '''
 
 
-@pytest.fixture
-def view(qtbot) -> Iterator[MessageView]:
-    """A view stacked in a scroll area, as the chat will use it, 400 px wide."""
+def stacked_view(qtbot, height: int = 300) -> tuple[QScrollArea, MessageView]:
+    """A view stacked in a scroll area 420 px wide, as the chat uses it; the area owns the view."""
     area = QScrollArea()
     area.setWidgetResizable(True)
     holder = QWidget()
@@ -53,9 +52,15 @@ def view(qtbot) -> Iterator[MessageView]:
     layout.addStretch(1)
     area.setWidget(holder)
     qtbot.addWidget(area)
-    area.resize(420, 300)
+    area.resize(420, height)
     area.show()
     qtbot.waitExposed(area)
+    return area, v
+
+
+@pytest.fixture
+def view(qtbot) -> Iterator[MessageView]:
+    area, v = stacked_view(qtbot)
     yield v  # the scroll area must outlive the test: it owns the view
     area.close()
 

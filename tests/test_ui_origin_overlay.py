@@ -16,7 +16,7 @@ from PySide6.QtGui import (
     QTextFragment,
     QTextTable,
 )
-from PySide6.QtWidgets import QScrollArea, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QScrollArea
 
 from app.chat_view import MessageWidget
 from app.message_view import MARKDOWN_FEATURES, MessageView
@@ -24,6 +24,7 @@ from app.origin_overlay import align
 from app.theme import ORIGIN_LABELS, origin_background
 from engine.store.markdown_text import with_line_breaks
 from engine.store.records import Message
+from tests.test_ui_message_view import stacked_view
 
 REPLY = [
     ("# Heading\n\nSome **bold** words, then ", "model"),
@@ -51,19 +52,8 @@ def _drop_areas() -> Iterator[None]:
 
 def make_view(qtbot) -> MessageView:
     """A view stacked in a scroll area, as the chat uses it, 420 px wide."""
-    area = QScrollArea()
+    area, v = stacked_view(qtbot, 600)
     _AREAS.append(area)
-    area.setWidgetResizable(True)
-    holder = QWidget()
-    layout = QVBoxLayout(holder)
-    v = MessageView()
-    layout.addWidget(v)
-    layout.addStretch(1)
-    area.setWidget(holder)
-    qtbot.addWidget(area)
-    area.resize(420, 600)
-    area.show()
-    qtbot.waitExposed(area)
     return v
 
 

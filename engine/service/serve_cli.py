@@ -9,11 +9,9 @@ import sys
 from dataclasses import replace
 from functools import partial
 
-from engine.model import kv_files
 from engine.rounds.engine_thread import Engine
 from engine.server.app import ServerOptions
 from engine.server.server import ApiServer
-from engine.store import paths
 
 
 def serve_command(args: argparse.Namespace) -> int:
@@ -26,9 +24,8 @@ def serve_command(args: argparse.Namespace) -> int:
     options = ServerOptions(api_key=args.api_key or None, cors_origins=tuple(args.cors_origin),
                             max_body=int(args.max_body_mb * 2**20), max_requests=args.max_requests)
     limit = None if args.memory_limit_gb is None else int(args.memory_limit_gb * 2**30)
-    # The data dir's KV folder, as the window's engine has it. API requests name no conversation, so
-    # none of theirs is written: their prefixes stay in memory (engine.model.turn_cache).
-    engine = Engine(args.model, memory_limit=limit, kv_dir=kv_files.folder(paths.data_dir(args.data_dir)))
+    # No KV folder: API requests name no conversation, so their prefixes stay in memory (engine.model.turn_cache).
+    engine = Engine(args.model, memory_limit=limit)
     try:
         print("loading the model…", file=sys.stderr, flush=True)
         info = engine.info()

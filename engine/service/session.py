@@ -59,6 +59,16 @@ def stats_dict(stats: ReplyStats, reason: str, settings: ReplySettings,
     }
 
 
+def delete_without_engine(store: Store, conversation_id: int) -> None:
+    """Delete a conversation where no engine runs (``lanes delete``, the window before its model
+    loads): the store's rows, then its KV files beside the database."""
+    from engine.model import kv_files  # imports MLX: not for `lanes list` and the like
+
+    key = store.conversation(conversation_id).key
+    store.delete_conversation(conversation_id)
+    kv_files.remove_conversation(kv_files.folder(store.path.parent), key)
+
+
 def title_from(text: str) -> str:
     line = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
     return line if len(line) <= TITLE_CHARS else line[: TITLE_CHARS - 1].rstrip() + "…"

@@ -13,7 +13,7 @@ from types import FrameType
 
 from engine.errors import LanesError, NewerSchemaError, NotLanesDatabaseError
 from engine.events import Event, Notice, Tokens, Waiting
-from engine.service.session import ChatSession, ReplySettings
+from engine.service.session import ChatSession, ReplySettings, delete_without_engine
 from engine.store import paths, render
 from engine.store.db import move_aside
 from engine.store.records import ConversationSummary, Message, pack_origins
@@ -35,14 +35,12 @@ def run(args: argparse.Namespace) -> int:
     if args.command == "move-aside":
         return _move_aside(args)
     if args.command == "delete":
-        from engine.model import kv_files
-
         with Store.open(args.data_dir) as store:
-            convs = [store.conversation(cid) for cid in args.conversations]  # all checked before the first delete
-            for conv in convs:
-                store.delete_conversation(conv.id)
-                kv_files.remove_conversation(kv_files.folder(store.path.parent), conv.key)  # its KV cache too
-                print(f"deleted conversation {conv.id}")
+            for cid in args.conversations:
+                store.conversation(cid)  # all ids checked before the first delete
+            for cid in args.conversations:
+                delete_without_engine(store, cid)  # its KV files too
+                print(f"deleted conversation {cid}")
         return 0
     if args.command == "recall":
         return _recall(args)
