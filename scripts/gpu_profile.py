@@ -2,6 +2,7 @@
 engine against ``batch_generate``, per step.
 
     PYTHONPATH=~/site:. python3 scripts/gpu_profile.py [--streams 4,8] [--steps 200] [--model M]
+        [--workload W]
 
 For each stream count it prints, in milliseconds per step:
 
@@ -98,9 +99,9 @@ def bare_loop(loaded: LoadedModel, kind: str, streams: int, steps: int) -> dict[
     return {"build": 1e3 * build / steps, "dispatch": 1e3 * dispatch / steps, "wall": 1e3 * wall / steps}
 
 
-def engine_steps(loaded: LoadedModel, streams: int, max_tokens: int) -> dict[str, dict[str, float]]:
+def engine_steps(loaded: LoadedModel, streams: int, max_tokens: int, workload: Path) -> dict[str, dict[str, float]]:
     """``batch_generate`` and the scheduler's plain cell on the same prompts, timed by part."""
-    items = at_streams(load_workload(Path("resources/workloads/no-copy.jsonl"), max_tokens), streams)
+    items = at_streams(load_workload(workload, max_tokens), streams)
     prompts = prompts_for(loaded, items)
     costs = _calibrated(loaded)
     model_cls = type(loaded.model)
@@ -135,6 +136,7 @@ def main() -> None:
     ap.add_argument("--max-tokens", type=int, default=128)
     ap.add_argument("--model", default=None)
     ap.add_argument("--skip-engine", action="store_true")
+    ap.add_argument("--workload", type=Path, default=Path("resources/workloads/no-copy.jsonl"))
     args = ap.parse_args()
     loaded = load_model(args.model)
     print(f"{loaded.name} on {mx.default_device()}, passes {loaded.passes.name}")
@@ -144,7 +146,7 @@ def main() -> None:
             r = bare_loop(loaded, kind, b, args.steps)
             print(f"loop {b} {kind:12s} " + " ".join(f"{k} {v:6.2f}" for k, v in r.items()), flush=True)
         if not args.skip_engine:
-            for name, parts in engine_steps(replace(loaded), b, args.max_tokens).items():
+            for name, parts in engine_steps(replace(loaded), b, args.max_tokens, args.workload).items():
                 print(f"engine {b} {name:12s} " + " ".join(f"{k} {v:6.2f}" for k, v in parts.items()), flush=True)
 
 

@@ -2,6 +2,7 @@
 timed whole and sorted by what kind of round it ran.
 
     PYTHONPATH=~/site:. python3 scripts/round_trace.py [--workload W] [--repeats N] [--cells plain,on]
+        [--streams N]
         [--accelerator] [--json OUT]
 
 Kinds: ``ahead`` (a draft-free round whose pass ran ahead: the pipeline's steady state), ``sync`` (a
@@ -30,7 +31,7 @@ from typing import Any
 
 from engine.bench.cell_specs import parse_cell
 from engine.bench.runner import _calibrated, run_lanes
-from engine.bench.workloads import load_workload
+from engine.bench.workloads import at_streams, load_workload
 from engine.model.loading import load_model
 from engine.passes.choice import ACCELERATOR
 from engine.rounds import scheduler as sched_mod
@@ -139,6 +140,7 @@ def main() -> None:
     ap.add_argument("--cells", default="plain,on")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--max-tokens", type=int, default=None)
+    ap.add_argument("--streams", type=int, default=None, help="the workload's first N lines, or its lines in turn")
     ap.add_argument("--accelerator", action="store_true")
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args()
@@ -152,6 +154,8 @@ def main() -> None:
     if args.accelerator:
         loaded = replace(loaded, passes=ACCELERATOR)
     items = load_workload(args.workload, args.max_tokens)
+    if args.streams:
+        items = at_streams(items, args.streams)
     costs = _calibrated(loaded)
     print("costs ms", {k: round(v * 1e3, 2) for k, v in costs.snapshot().items()}, "context", costs.context,
           file=sys.stderr)

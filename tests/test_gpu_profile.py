@@ -1,8 +1,12 @@
-"""``scripts/gpu_profile.py`` keeps running: its bare decode loops on the embedded model, on the CPU."""
+"""The GPU measuring scripts keep running, on the CPU: ``scripts/gpu_profile.py``'s bare decode loops on
+the embedded model and ``scripts/round_trace.py`` on a workload."""
 
 from __future__ import annotations
 
 import importlib.util
+import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -22,3 +26,29 @@ def test_bare_loop_times_every_part(loaded, kind: str) -> None:
     r = _script().bare_loop(loaded, kind, 2, 2)
     assert set(r) == {"build", "dispatch", "wall"}
     assert 0 < r["build"] < r["wall"] and r["dispatch"] > 0
+
+
+def test_round_trace_sorts_a_workloads_rounds_by_kind(tmp_path: Path) -> None:
+    """``scripts/round_trace.py`` on two streams of the copy-heavy workload, GPU round logic on the CPU:
+    every round is sorted into a kind, and drafting rounds appear only where drafts are allowed."""
+    root = Path(__file__).parent.parent
+    out = tmp_path / "trace.json"
+    done = subprocess.run(
+        [sys.executable, "scripts/round_trace.py", "--workload", "resources/workloads/copy-heavy.jsonl",
+         "--streams", "2", "--repeats", "1", "--max-tokens", "24", "--cells", "plain,on", "--accelerator",
+         "--json", str(out)], cwd=root, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    runs = json.loads(out.read_text())["runs"]
+    for cell in ("plain", "on"):
+        (run,) = runs[cell]
+        kinds = ("ahead", "sync", "draft", "dropped", "waited", "joining")
+        assert sum(run[k]["n"] for k in kinds) == run["rounds"] > 0
+    assert runs["plain"][0]["drafting"]["rounds"] == 0
+    assert runs["on"][0]["drafting"]["accepted"] > 0
+
+
+def test_engine_steps_time_batch_generate_and_plain_on_a_workload(loaded) -> None:
+    parts = _script().engine_steps(loaded, 2, 4, Path("resources/workloads/mixed.jsonl"))
+    assert set(parts) == {"mlx-lm-batch", "plain"}
+    for p in parts.values():
+        assert p["step"] > 0 and p["tok_s"] > 0 and p["model"] > 0
