@@ -52,3 +52,37 @@ def test_engine_steps_time_batch_generate_and_plain_on_a_workload(loaded) -> Non
     assert set(parts) == {"mlx-lm-batch", "plain"}
     for p in parts.values():
         assert p["step"] > 0 and p["tok_s"] > 0 and p["model"] > 0
+
+
+def _replay_script():  # -> the module
+    path = Path(__file__).parent.parent / "scripts" / "draft_replay.py"
+    spec = importlib.util.spec_from_file_location("draft_replay", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["draft_replay"] = module  # its dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_draft_replay_copies_a_reply_that_repeats_its_prompt(loaded) -> None:
+    """A reply that re-emits its prompt's text is mostly copied, and every reference token is either
+    copied or the model's own (one a round)."""
+    from engine.drafts.cost_model import CostModel
+
+    tok = loaded.tokenizer
+    text = "The quick brown fox jumps over the lazy dog near the quiet river bank at dawn, every day."
+    prompt = list(tok.encode(f"Repeat this: {text}"))
+    reference = list(tok.encode(f"Sure: {text} Done."))
+    costs = CostModel({(1, 1): 0.007, (1, 8): 0.0075, (4, 1): 0.009, (4, 8): 0.0095})
+    for ahead in (False, True):
+        r = _replay_script().replay(prompt, reference, loaded.family, tok, costs, ahead, 0.007)
+        assert r.rounds + r.copied == len(reference)
+        assert r.copied >= len(reference) // 2, r
+
+
+def test_draft_replay_reads_a_bench_result() -> None:
+    root = Path(__file__).parent.parent
+    done = subprocess.run([sys.executable, "scripts/draft_replay.py", "docs/bench/gpu-1-copy-heavy.json", "--ahead"],
+                          cwd=root, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.startswith("rename-variable: 256 tokens in ") and "copied" in done.stdout

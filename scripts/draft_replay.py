@@ -1,0 +1,113 @@
+"""What the draft policy copies of replies already written: a bench result's reference tokens replayed
+through a stream's proposer, copy rates and allocator, with no forward pass (the tokens are known),
+so a policy question costs no device time.
+
+    .venv/bin/python scripts/draft_replay.py docs/bench/gpu-1-copy-heavy.json [--stream ID] [--ahead]
+        [--kept-ms MS] [--probe-when-dropping]
+
+Per stream it prints the rounds, the tokens that came from copies, and per kind of window (its
+rate key): how often it was drafted, and how often it was priced out though its first row would
+have landed. Modelled: each stream alone (batch 1), greedy verification against the reference,
+the cost model the result was calibrated with, own copy rates as the stream's request sets them,
+and with ``--ahead`` an accelerator's rounds: every draft-free round's successor runs ahead, so a
+round that drafts after one drops a pass (priced as ``CostModel.cost(1, 1)``; ``--kept-ms`` is
+what a round run ahead takes, by default that cost too) and probes wait, as the allocator does
+(``--probe-when-dropping`` lets them go anyway, to see what that would copy). Not modelled: other
+streams in a round, Recall, the cost model's updates from timings.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections import Counter
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from engine.bench.runner import prompts_for
+from engine.bench.workloads import load_workload
+from engine.drafts.allocator import Offer, allocate
+from engine.drafts.cost_model import CostModel
+from engine.events import Request
+from engine.model.families import Family
+from engine.model.loading import load_model
+from engine.rounds.stream import Stream
+
+
+@dataclass
+class Replay:
+    stream: str
+    tokens: int
+    rounds: int = 0
+    copied: int = 0
+    kinds: Counter[str] = field(default_factory=Counter)  # "drafted K", "priced out K", "would land K"
+
+
+def replay(prompt: list[int], reference: list[int], family: Family, tokenizer: Any, costs: CostModel,
+           ahead: bool, kept: float, probe_when_dropping: bool = False, stream_id: str = "") -> Replay:
+    """Replay ``reference`` (a reply to ``prompt``) round by round; see the module docstring."""
+    s = Stream.start(Request(prompt_tokens=tuple(prompt), max_tokens=len(reference) + 1), list(prompt), family,
+                     tokenizer)
+    out = Replay(stream_id, len(reference))
+    pending = False  # a pass run ahead is on the device
+    while len(s.output) < len(reference):
+        s.rates.tick()
+        pos = len(s.output)
+        w = s.propose(None, None)
+        rows = 0
+        if w is not None:
+            probe = s.own_rates and s.rates.probe_due(w.rate_key)
+            rate, first = s.price(w)
+            dropping = costs.cost(1, 1) if pending else 0.0
+            offer = Offer(0, rate, len(w.tokens), probe, first)
+            rows = allocate([offer], 1, partial(costs.cost, keys=0), costs.overhead,
+                            min_row_value=family.min_row_value, keep_seconds=kept if ahead else None,
+                            dropping=0.0 if probe and probe_when_dropping else dropping).rows[0]
+        drafts = list(w.tokens[:rows]) if w is not None else []
+        accepted = 0
+        while accepted < len(drafts) and pos + accepted < len(reference) and drafts[accepted] == reference[pos + accepted]:
+            accepted += 1
+        if w is not None and rows:
+            s.record_window(w, rows, accepted)
+            out.kinds[f"drafted {w.rate_key}"] += 1
+        elif w is not None:
+            out.kinds[f"priced out {w.rate_key}"] += 1
+            out.kinds[f"would land {w.rate_key}"] += pos < len(reference) and w.tokens[0] == reference[pos]
+        nxt = reference[pos + accepted : pos + accepted + 1]  # none when the drafts reached the end
+        s.accept([*drafts[:accepted], *nxt], [*(["context"] * accepted), *(["model"] * len(nxt))])
+        out.rounds += 1
+        out.copied += accepted
+        pending = ahead and rows == 0
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("result", type=Path, help="a `lanes bench --json` result")
+    ap.add_argument("--stream", default=None, help="only this stream (a workload line's id)")
+    ap.add_argument("--ahead", action="store_true", help="an accelerator's rounds (see the module docstring)")
+    ap.add_argument("--kept-ms", type=float, default=None)
+    ap.add_argument("--probe-when-dropping", action="store_true")
+    args = ap.parse_args()
+    result = json.loads(args.result.read_text())
+    loaded = load_model(None)
+    items = load_workload(Path(result["workload"]))
+    prompts = dict(zip((it.id for it in items), prompts_for(loaded, items), strict=True))
+    costs = CostModel.from_snapshot({k: v / 1e3 for k, v in result["costs_ms"].items()})
+    kept = args.kept_ms / 1e3 if args.kept_ms is not None else costs.cost(1, 1)
+    references = {s["id"]: s["tokens"] for cell in result["cells"].values() for r in cell["rounds"][:1]
+                  for s in r["streams"] if s["equal"]}
+    for sid, reference in references.items():
+        base = sid.split("#")[0]
+        if args.stream not in (None, sid) or base not in prompts:
+            continue
+        r = replay(prompts[base], reference, loaded.family, loaded.tokenizer, costs, args.ahead, kept,
+                   args.probe_when_dropping, sid)
+        kinds = ", ".join(f"{k} {n}" for k, n in sorted(r.kinds.items()))
+        print(f"{sid}: {r.tokens} tokens in {r.rounds} rounds, {r.copied} copied; {kinds}")
+
+
+if __name__ == "__main__":
+    main()
