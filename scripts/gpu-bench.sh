@@ -16,7 +16,13 @@
 # weights in mlx-lm's qwen2 module), tiny (tiny random models of each cache kind through copy-heavy:
 # token equality and near-tie margins), server (`make bench-server`'s load and agent runs: the agent
 # workload through `lanes serve` and `mlx_lm.server` on the embedded model's llama folder; the
-# wheels must then hold the server's packages too: starlette, uvicorn, pydantic, openai and theirs).
+# wheels must then hold the server's packages too: starlette, uvicorn, pydantic, openai and theirs),
+# trace (`scripts/round_trace.py`, plain against on, for each WORKLOAD:STREAMS of TRACES, REPEATS
+# alternated repeats; with BASE, a tree of an earlier commit from `scripts/device-stash.sh COMMIT`
+# carried along, each trace runs there too, right after, with this tree's script: an A/B of an
+# engine change on one lease). TRACE_TIMEOUT bounds each (the first compiles kernels for minutes);
+# TRACE_TOKENS caps each reply.
+# `scripts/device-stash.sh` makes WHEELS_DIR and BASE.
 set -euo pipefail
 WHEELS=${1:?usage: gpu-bench.sh WHEELS_DIR [OUT_DIR]}
 OUT=${2:-out/gpu}
@@ -28,6 +34,7 @@ if [ ! -d "$SITE/mlx_lm" ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" "$WHEELS"/*.whl
 fi
 export PYTHONPATH="$SITE:$PWD" PYTHONUNBUFFERED=1
+ROOT=$PWD  # this tree: its round_trace.py also times BASE's engine
 mkdir -p "$OUT"
 bench() {  # NAME WORKLOAD [lanes bench args...]
   local name=$1 workload=$2; shift 2
@@ -67,6 +74,16 @@ for step in $STEPS; do
       rm -rf "$OUT/embedded-llama"
       python3 -m engine.cli bench-server --mode load --clients 16 --requests 64 --max-tokens 128 \
         --json "$OUT/gpu-server.json" 2>&1 | tail -n 3 ;;
+    trace)
+      for t in ${TRACES:-copy-heavy:1 copy-heavy:4 no-copy:4 mixed:4}; do
+        for tree in . ${BASE:-}; do
+          echo "== trace ${t%%:*} at ${t##*:} streams: $tree"
+          (cd "$tree" && PYTHONPATH="$SITE:$PWD" timeout "${TRACE_TIMEOUT:-240}" python3 "$ROOT/scripts/round_trace.py" \
+            --workload "resources/workloads/${t%%:*}.jsonl" --streams "${t##*:}" --repeats "${REPEATS:-4}" \
+            --cells plain,on ${TRACE_TOKENS:+--max-tokens "$TRACE_TOKENS"} 2>/dev/null | grep -v "joining\|waited") \
+            || echo "(trace failed or timed out)"
+        done
+      done ;;
     qwen2)
       python3 -m engine.cli make-model embedded-as-qwen2 "$OUT/qwen2-model" >/dev/null
       bench qwen2-copy-heavy copy-heavy --model "$OUT/qwen2-model" --cells plain,on

@@ -12,13 +12,17 @@ from pathlib import Path
 import pytest
 
 
-def _script():  # -> the module
-    path = Path(__file__).parent.parent / "scripts" / "gpu_profile.py"
-    spec = importlib.util.spec_from_file_location("gpu_profile", path)
+def _load(name: str):  # -> the module scripts/<name>.py
+    spec = importlib.util.spec_from_file_location(name, Path(__file__).parent.parent / "scripts" / f"{name}.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # a script's dataclasses look their module up
     spec.loader.exec_module(module)
     return module
+
+
+def _script():  # -> scripts/gpu_profile.py
+    return _load("gpu_profile")
 
 
 @pytest.mark.parametrize("kind", ["mlx-lm", "lanes-even", "lanes-ragged"])
@@ -54,16 +58,6 @@ def test_engine_steps_time_batch_generate_and_plain_on_a_workload(loaded) -> Non
         assert p["step"] > 0 and p["tok_s"] > 0 and p["model"] > 0
 
 
-def _replay_script():  # -> the module
-    path = Path(__file__).parent.parent / "scripts" / "draft_replay.py"
-    spec = importlib.util.spec_from_file_location("draft_replay", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["draft_replay"] = module  # its dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_draft_replay_copies_a_reply_that_repeats_its_prompt(loaded) -> None:
     """A reply that re-emits its prompt's text is mostly copied, and every reference token is either
     copied or the model's own (one a round)."""
@@ -75,7 +69,7 @@ def test_draft_replay_copies_a_reply_that_repeats_its_prompt(loaded) -> None:
     reference = list(tok.encode(f"Sure: {text} Done."))
     costs = CostModel({(1, 1): 0.007, (1, 8): 0.0075, (4, 1): 0.009, (4, 8): 0.0095})
     for ahead in (False, True):
-        r = _replay_script().replay(prompt, reference, loaded.family, tok, costs, ahead, 0.007)
+        r = _load("draft_replay").replay(prompt, reference, loaded.family, tok, costs, ahead, 0.007)
         assert r.rounds + r.copied == len(reference)
         assert r.copied >= len(reference) // 2, r
 
@@ -86,3 +80,25 @@ def test_draft_replay_reads_a_bench_result() -> None:
                           cwd=root, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.startswith("rename-variable: 256 tokens in ") and "copied" in done.stdout
+
+
+def test_gpu_bench_traces_this_tree_and_a_base_one(tmp_path: Path) -> None:
+    """``gpu-bench.sh``'s trace step, on the CPU with this checkout's packages: round_trace.py runs in
+    this tree and in a base tree (here HEAD's own files), one after the other."""
+    import os
+    import sysconfig
+
+    root = Path(__file__).parent.parent
+    base = tmp_path / "base"
+    base.mkdir()
+    archive = subprocess.run(["git", "archive", "HEAD", "engine", "scripts", "resources"], cwd=root,
+                             capture_output=True, check=True).stdout
+    subprocess.run(["tar", "x", "-C", str(base)], input=archive, check=True)
+    env = {**os.environ, "SITE": sysconfig.get_paths()["purelib"], "STEPS": "trace", "TRACES": "copy-heavy:1",
+           "REPEATS": "1", "TRACE_TOKENS": "12", "BASE": str(base),
+           "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    done = subprocess.run(["bash", "scripts/gpu-bench.sh", str(tmp_path / "no-wheels"), str(tmp_path / "out")],
+                          cwd=root, env=env, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.count("== trace copy-heavy at 1 streams") == 2
+    assert done.stdout.count("on/plain per repeat") == 2, done.stdout

