@@ -13,8 +13,8 @@ and with ``--ahead`` an accelerator's rounds: every draft-free round's successor
 round that drafts after one drops a pass (priced as ``CostModel.cost(1, 1)``; ``--kept-ms`` is
 what a round run ahead takes, by default that cost too) and probes wait, as the allocator does
 (``--probes drop`` lets them go anyway, ``after-copy`` once the reply has landed a copy: what
-either would copy). Not modelled: other
-streams in a round, Recall, the cost model's updates from timings.
+either would copy). Not modelled: other streams in a round, Recall, the cost model's updates from
+timings.
 """
 
 from __future__ import annotations
@@ -66,7 +66,9 @@ def replay(prompt: list[int], reference: list[int], family: Family, tokenizer: A
             offer = Offer(0, rate, len(w.tokens), probe, first)
             rows = allocate([offer], 1, partial(costs.cost, keys=0), costs.overhead,
                             min_row_value=family.min_row_value, keep_seconds=kept if ahead else None,
-                            dropping=0.0 if probe and may_drop else dropping).rows[0]
+                            dropping=dropping).rows[0]
+            if probe and may_drop and rows == 0:  # the probe's one row, as the allocator gives it with nothing to drop
+                rows = 1
         drafts = list(w.tokens[:rows]) if w is not None else []
         accepted = 0
         while accepted < len(drafts) and pos + accepted < len(reference) and drafts[accepted] == reference[pos + accepted]:
