@@ -1,15 +1,20 @@
-"""The GPU measuring scripts keep running, on the CPU: ``scripts/gpu_profile.py``'s bare decode loops on
-the embedded model and ``scripts/round_trace.py`` on a workload."""
+"""The GPU measuring scripts keep running, on the CPU: ``scripts/gpu_profile.py``'s bare decode loops and
+engine steps, ``scripts/round_trace.py`` on a workload, ``scripts/draft_replay.py`` and the trace step
+of ``scripts/gpu-bench.sh``."""
 
 from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import subprocess
 import sys
+import sysconfig
 from pathlib import Path
 
 import pytest
+
+from engine.drafts.cost_model import CostModel
 
 
 def _load(name: str):  # -> the module scripts/<name>.py
@@ -61,8 +66,6 @@ def test_engine_steps_time_batch_generate_and_plain_on_a_workload(loaded) -> Non
 def test_draft_replay_copies_a_reply_that_repeats_its_prompt(loaded) -> None:
     """A reply that re-emits its prompt's text is mostly copied, and every reference token is either
     copied or the model's own (one a round)."""
-    from engine.drafts.cost_model import CostModel
-
     tok = loaded.tokenizer
     text = "The quick brown fox jumps over the lazy dog near the quiet river bank at dawn, every day."
     prompt = list(tok.encode(f"Repeat this: {text}"))
@@ -85,9 +88,6 @@ def test_draft_replay_reads_a_bench_result() -> None:
 def test_gpu_bench_traces_this_tree_and_a_base_one(tmp_path: Path) -> None:
     """``gpu-bench.sh``'s trace step, on the CPU with this checkout's packages: round_trace.py runs in
     this tree and in a base tree (here HEAD's own files), one after the other."""
-    import os
-    import sysconfig
-
     root = Path(__file__).parent.parent
     base = tmp_path / "base"
     base.mkdir()
