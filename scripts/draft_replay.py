@@ -3,7 +3,7 @@ through a stream's proposer, copy rates and allocator, with no forward pass (the
 so a policy question costs no device time.
 
     .venv/bin/python scripts/draft_replay.py docs/bench/gpu-1-copy-heavy.json [--stream ID] [--ahead]
-        [--kept-ms MS]
+        [--kept-ms MS] [--probes wait|drop|after-copy]
 
 Per stream it prints the rounds, the tokens that came from copies, and per kind of window (its
 rate key): how often it was drafted, and how often it was priced out though its first row would
@@ -11,8 +11,10 @@ have landed. Modelled: each stream alone (batch 1), greedy verification against 
 the cost model the result was calibrated with, own copy rates as the stream's request sets them,
 and with ``--ahead`` an accelerator's rounds: every draft-free round's successor runs ahead, so a
 round that drafts after one drops a pass (priced as ``CostModel.cost(1, 1)``; ``--kept-ms`` is
-what a round run ahead takes, by default that cost too). Not modelled: other streams in a round,
-Recall, the cost model's updates from timings.
+what a round run ahead takes, by default that cost too) and probes wait, as the allocator does
+(``--probes drop`` lets them go anyway, ``after-copy`` once the reply has landed a copy: what
+either would copy). Not modelled: other streams in a round, Recall, the cost model's updates from
+timings.
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ class Replay:
 
 
 def replay(prompt: list[int], reference: list[int], family: Family, tokenizer: Any, costs: CostModel,
-           ahead: bool, kept: float, stream_id: str = "") -> Replay:
+           ahead: bool, kept: float, probes: str = "wait", stream_id: str = "") -> Replay:
     """Replay ``reference`` (a reply to ``prompt``) round by round; see the module docstring."""
     s = Stream.start(Request(prompt_tokens=tuple(prompt), max_tokens=len(reference) + 1), list(prompt), family,
                      tokenizer)
@@ -60,10 +62,13 @@ def replay(prompt: list[int], reference: list[int], family: Family, tokenizer: A
             probe = s.own_rates and s.rates.probe_due(w.rate_key)
             rate, first = s.price(w)
             dropping = costs.cost(1, 1) if pending else 0.0
+            may_drop = probes == "drop" or (probes == "after-copy" and out.copied > 0)
             offer = Offer(0, rate, len(w.tokens), probe, first)
             rows = allocate([offer], 1, partial(costs.cost, keys=0), costs.overhead,
                             min_row_value=family.min_row_value, keep_seconds=kept if ahead else None,
                             dropping=dropping).rows[0]
+            if probe and may_drop and rows == 0:  # the probe's one row, as the allocator gives it with nothing to drop
+                rows = 1
         drafts = list(w.tokens[:rows]) if w is not None else []
         accepted = 0
         while accepted < len(drafts) and pos + accepted < len(reference) and drafts[accepted] == reference[pos + accepted]:
@@ -88,6 +93,8 @@ def main() -> None:
     ap.add_argument("--stream", default=None, help="only this stream (a workload line's id)")
     ap.add_argument("--ahead", action="store_true", help="an accelerator's rounds (see the module docstring)")
     ap.add_argument("--kept-ms", type=float, default=None)
+    ap.add_argument("--probes", choices=("wait", "drop", "after-copy"), default="wait",
+                    help="with --ahead, whether a due probe may drop a pass run ahead")
     args = ap.parse_args()
     result = json.loads(args.result.read_text())
     loaded = load_model(None)
@@ -102,7 +109,7 @@ def main() -> None:
         if args.stream not in (None, sid) or base not in prompts:
             continue
         r = replay(prompts[base], reference, loaded.family, loaded.tokenizer, costs, args.ahead, kept,
-                   sid)
+                   args.probes, sid)
         kinds = ", ".join(f"{k} {n}" for k, n in sorted(r.kinds.items()))
         print(f"{sid}: {r.tokens} tokens in {r.rounds} rounds, {r.copied} copied; {kinds}")
 

@@ -200,17 +200,12 @@ def test_a_round_run_ahead_is_kept_unless_the_copy_pays_for_both_passes() -> Non
             allocate(middling, 4, H200.cost, 0.0, **bad)
 
 
-def test_a_probe_drops_a_round_run_ahead() -> None:
+def test_a_probe_waits_rather_than_drop_a_round_run_ahead() -> None:
     probe = Offer(1, 0.2, 8, probe=True)
     # Nothing run ahead: the probe gets its row, whatever its price.
     assert allocate([probe], 4, H200.cost, H200.overhead, keep_seconds=0.0066).rows == (0, 1, 0, 0)
-    # A pass run ahead is dropped for it alone: otherwise a lone stream on a GPU would never probe.
-    alone = allocate([probe], 4, H200.cost, H200.overhead, keep_seconds=0.0066, dropping=DROPPING)
-    assert alone.rows == (0, 1, 0, 0)
-    assert alone.seconds > 0.0066 + DROPPING  # priced as what it is: the pass it drops included
-    # The same offer without the probe flag stays priced out.
-    assert allocate([Offer(1, 0.2, 8)], 4, H200.cost, H200.overhead, keep_seconds=0.0066,
-                    dropping=DROPPING).rows == (0, 0, 0, 0)
+    # A pass run ahead would be dropped for it alone: it waits.
+    assert allocate([probe], 4, H200.cost, H200.overhead, keep_seconds=0.0066, dropping=DROPPING).rows == (0, 0, 0, 0)
     # Another stream's copy drops that pass anyway: the probe rides along.
     both = allocate([Offer(0, 0.94, 16), probe], 4, H200.cost, H200.overhead, keep_seconds=0.0096, dropping=DROPPING)
     assert both.rows[0] > 0 and both.rows[1] == 1

@@ -23,10 +23,7 @@ Algorithm
 Where draft-free rounds run ahead (``engine.rounds.run_ahead``), the empty prefix costs
 ``keep_seconds`` (what such a round takes) instead of a width-1 pass plus overhead. When one is
 already on the device, drafting drops it: every drafting prefix then pays ``dropping`` (that
-pass) too. Probes still get their row then: on an accelerator a lone stream nearly always has a pass
-run ahead, so a probe that waited for a round without one would never run and a doubtful kind of window
-(a short match, a resync) would stay priced out however often it lands; a broken probe doubles its
-kind's wait (``engine.drafts.copy_rates``), which bounds what probes drop on text that never copies.
+pass) too, and probes wait for a round that drafts anyway or has nothing to drop.
 
 Rows worth less than ``MIN_ROW_VALUE`` are never candidates, and a window whose first row is less
 likely to land than not (row 1 worth less than ``MIN_FIRST_ROW``) gets no rows at all. Inside a
@@ -190,7 +187,7 @@ def allocate(
     rows = [0] * n_streams
     for s in order[:best_len]:
         rows[s] += 1
-    for s in probes:
+    for s in probes if dropping == 0.0 or any(rows) else ():
         if rows[s] == 0 and caps[s] >= 1:
             rows[s] = 1
 
