@@ -2,7 +2,7 @@
 timed whole and sorted by what kind of round it ran.
 
     PYTHONPATH=~/site:. python3 scripts/round_trace.py [--workload W] [--repeats N] [--cells plain,on]
-        [--streams N]
+        [--streams N] [--temperature T --top-p P]
         [--accelerator] [--json OUT]
 
 Kinds: ``ahead`` (a draft-free round whose pass ran ahead: the pipeline's steady state), ``sync`` (a
@@ -13,7 +13,8 @@ For each cell it prints tok/s per repeat, and per kind the rounds per run and th
 milliseconds; with several cells, each cell's ratio to the first per repeat (cells alternate, after
 one unmeasured run of each: the first run of a shape compiles its kernels on a GPU). The JSON
 holds each run's summary, with what the allocator expected its drafting rounds to gain and cost.
-``--accelerator`` runs a GPU's round logic (passes that speculate ahead) on any device, to try the
+``--temperature`` samples every reply (seeded by its place in the workload, so every cell and repeat
+writes the same replies), top-p ``--top-p``. ``--accelerator`` runs a GPU's round logic (passes that speculate ahead) on any device, to try the
 paths on a CPU. What it measured on the H200 is in docs/engine.md ("What happens in a round", item 7).
 """
 
@@ -61,6 +62,8 @@ _orig_prepare = sched_mod.Scheduler._prepare
 _orig_step = sched_mod.Scheduler.step
 _orig_verify = sched_mod.Scheduler._verify
 _orig_plan = sched_mod.Scheduler._plan
+_orig_submit = sched_mod.Scheduler.submit
+SAMPLING: dict[str, Any] = {}  # temperature and top_p every request gets, with "seed", the next seed
 
 
 def _plan(self: Any) -> Any:
@@ -84,11 +87,18 @@ def _prepare(self: Any, rider: Any) -> Any:
     return r
 
 
-def _verify(self: Any, r: Any, choice_rows: Any, sampled: Any, advanced: Any, *a: Any) -> Any:
+def _verify(self: Any, *a: Any) -> Any:
     before = sum(k * n for k, n in self.histogram.items())
-    out = _orig_verify(self, r, choice_rows, sampled, advanced, *a)
+    out = _orig_verify(self, *a)
     TRACE.current["accepted"] = sum(k * n for k, n in self.histogram.items()) - before
     return out
+
+
+def _submit(self: Any, request: Any) -> None:
+    if SAMPLING:
+        SAMPLING["seed"] += 1
+        request = replace(request, **SAMPLING)
+    _orig_submit(self, request)
 
 
 def _step(self: Any) -> None:
@@ -141,6 +151,8 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--max-tokens", type=int, default=None)
     ap.add_argument("--streams", type=int, default=None, help="the workload's first N lines, or its lines in turn")
+    ap.add_argument("--temperature", type=float, default=0.0)
+    ap.add_argument("--top-p", type=float, default=1.0)
     ap.add_argument("--accelerator", action="store_true")
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args()
@@ -149,6 +161,7 @@ def main() -> None:
     sched_mod.Scheduler.step = _step
     sched_mod.Scheduler._verify = _verify
     sched_mod.Scheduler._plan = _plan
+    sched_mod.Scheduler.submit = _submit
     gc.callbacks.append(TRACE.on_gc)
     loaded = load_model(args.model)
     if args.accelerator:
@@ -165,6 +178,8 @@ def main() -> None:
         order = specs[rep % len(specs):] + specs[: rep % len(specs)]
         for spec in order:
             TRACE.rounds, TRACE.gc_s, TRACE.gc_n = [], [0.0, 0.0, 0.0], [0, 0, 0]
+            if args.temperature > 0:
+                SAMPLING.update(temperature=args.temperature, top_p=args.top_p, seed=0)
             run = run_lanes(loaded, items, costs, parse_cell(spec))
             if rep == 0:
                 continue

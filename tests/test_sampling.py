@@ -1,13 +1,18 @@
-"""Sampled verification keeps the distribution of plain sampling (a statistical test)."""
+"""Sampling on the device: each row drawn with its position's key (``engine.rounds.sampling``), so
+copies keep the distribution of plain sampling (statistical tests) and a seeded reply is the same
+with copies or without."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 
+import mlx.core as mx
 import numpy as np
 import pytest
+from mlx_lm.sample_utils import apply_top_p
 
-from engine.drafts.verification import adjusted_probs, verify_greedy, verify_sampled
+from engine.drafts.verification import verify
+from engine.rounds.sampling import draw, position_keys, sample_rows, with_draws
 
 V = 5
 P0 = np.array([0.4, 0.3, 0.15, 0.1, 0.05])
@@ -21,89 +26,120 @@ P1 = np.array(
         [0.5, 0.1, 0.1, 0.1, 0.2],
     ]
 )
+N = 40_000
+CRITICAL_24 = 51.2  # chi-square, 24 degrees of freedom: exceeded with probability 0.1%
 
 
-def two_tokens(drafts: list[int], rng: np.random.Generator) -> tuple[int, int]:
-    """First two emitted tokens when the first round verifies ``drafts`` (length 2)."""
-    rows = np.stack([P0, P1[drafts[0]], P1[drafts[1]]])
-    accepted, nxt = verify_sampled(rows, drafts, rng)
-    out = [*drafts[:accepted], nxt]
-    if len(out) == 1:  # the next round samples plainly, conditioned on the real first token
-        out.append(int(rng.choice(V, p=P1[out[0]])))
-    return out[0], out[1]
+def reference_probs(logits: np.ndarray, temperature: float, top_p: float) -> np.ndarray:
+    """What mlx-lm's sampler draws from for one row: ``apply_top_p`` on the log-probabilities, then
+    the temperature on what is kept."""
+    z = logits.astype(np.float64) - np.log(np.exp(logits.astype(np.float64)).sum())
+    if top_p < 1.0:
+        z = np.array(apply_top_p(mx.array(z, dtype=mx.float32), top_p), dtype=np.float64)
+    scaled = np.exp((z - z.max()) / temperature)
+    return scaled / scaled.sum()
+
+
+def draws_at(probs: np.ndarray, keys: mx.array) -> np.ndarray:
+    """One draw per key from rows ``probs`` [N, V] (temperature 1, no top-p)."""
+    return np.array(sample_rows(mx.array(np.log(probs), dtype=mx.float32), keys, 1.0, 1.0))
+
+
+def two_tokens(drafts: list[int], keys: mx.array, fresh_redraw: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """The first two tokens of N replies (keys [N, 3, 2]: each reply's keys for positions 0..2) whose
+    first round verifies ``drafts`` (two copied tokens), the way the engine does: every row drawn
+    at its position, drafts kept while they equal the draws, the next round (after a rejection at
+    position 0) drawing position 1 afresh. ``fresh_redraw`` breaks the coupling the way a careless
+    verifier would: after a rejection it draws the emitted token again with another key, so from p
+    instead of the residual."""
+    x0 = draws_at(np.broadcast_to(P0, (N, V)), keys[:, 0])
+    x1 = draws_at(np.broadcast_to(P1[drafts[0]], (N, V)), keys[:, 1])
+    if fresh_redraw:
+        x0 = np.where(x0 == drafts[0], x0, draws_at(np.broadcast_to(P0, (N, V)), keys[:, 2]))
+    first, second = np.empty(N, dtype=int), np.empty(N, dtype=int)
+    after = draws_at(P1[x0], keys[:, 1])  # the next round's draw where the copy broke at once
+    for t in range(N):
+        accepted, nxt = verify([int(x0[t]), int(x1[t]), 0], drafts)
+        out = [*drafts[:accepted], nxt] if accepted < 2 else drafts
+        first[t], second[t] = out[0], out[1] if len(out) > 1 else int(after[t])
+    return first, second
+
+
+def chi2(first: np.ndarray, second: np.ndarray) -> float:
+    counts = np.zeros((V, V))
+    np.add.at(counts, (first, second), 1)
+    expected = N * P0[:, None] * P1
+    return float(((counts - expected) ** 2 / expected).sum())
 
 
 @pytest.mark.parametrize("drafts", [[1, 1], [0, 1], [4, 4], [2, 2]])
-def test_joint_distribution_matches_plain_sampling(drafts: list[int]) -> None:
-    rng = np.random.default_rng(1234)
-    n = 40_000
-    counts = np.zeros((V, V))
-    for _ in range(n):
-        a, b = two_tokens(drafts, rng)
-        counts[a, b] += 1
-    expected = n * P0[:, None] * P1
-    chi2 = float(((counts - expected) ** 2 / expected).sum())
-    # 24 degrees of freedom: the 0.1% critical value is 51.2.
-    assert chi2 < 51.2, f"chi2={chi2:.1f}"
+def test_copies_keep_the_joint_distribution_of_plain_sampling(drafts: list[int]) -> None:
+    keys = position_keys(1234 + drafts[0], 3 * N).reshape(N, 3, 2)
+    first, second = two_tokens(drafts, keys)
+    assert chi2(first, second) < CRITICAL_24
+    # Coupled: each reply is exactly what plain sampling with the same keys emits.
+    plain0 = draws_at(np.broadcast_to(P0, (N, V)), keys[:, 0])
+    assert (first == plain0).all() and (second == draws_at(P1[plain0], keys[:, 1])).all()
 
 
-def test_the_check_catches_a_biased_sampler() -> None:
-    """Drawing from p instead of the residual after a rejection over-weights the draft."""
-
-    def naive(rows: np.ndarray, drafts: list[int], rng: np.random.Generator) -> tuple[int, int]:
-        if rng.random() < rows[0][drafts[0]]:
-            return 1, int(rng.choice(V, p=rows[1]))
-        return 0, int(rng.choice(V, p=rows[0]))
-
-    rng = np.random.default_rng(7)
-    n = 40_000
-    counts = np.zeros((V, V))
-    for _ in range(n):
-        rows = np.stack([P0, P1[1], P1[1]])
-        accepted, nxt = naive(rows, [1, 1], rng)
-        first = 1 if accepted else nxt
-        second = nxt if accepted else int(rng.choice(V, p=P1[first]))
-        counts[first, second] += 1
-    expected = n * P0[:, None] * P1
-    assert float(((counts - expected) ** 2 / expected).sum()) > 51.2
+def test_the_check_catches_a_verifier_that_redraws_from_p() -> None:
+    keys = position_keys(7, 3 * N).reshape(N, 3, 2)
+    assert chi2(*two_tokens([1, 1], keys, fresh_redraw=True)) > CRITICAL_24
 
 
-def test_top_p_keeps_smallest_prefix_reaching_mass() -> None:
-    logits = np.log(np.array([[0.5, 0.3, 0.15, 0.05]]))
-    p = adjusted_probs(logits, temperature=1.0, top_p=0.7)
-    assert np.allclose(p, [[0.5 / 0.8, 0.3 / 0.8, 0.0, 0.0]])
-    assert np.allclose(adjusted_probs(logits, 1.0, 1.0), [[0.5, 0.3, 0.15, 0.05]])
-
-
-def test_probabilities_are_mlx_lms_top_p_then_temperature() -> None:
-    """The worked example of ``adjusted_probs``, then mlx-lm's own sampler on random rows: top-p on
-    the log-probabilities (``apply_top_p``), then the temperature on what is kept."""
-    import mlx.core as mx
-    from mlx_lm.sample_utils import apply_top_p
-
-    p = adjusted_probs(np.log(np.array([[0.5, 0.3, 0.15, 0.05]])), temperature=0.5, top_p=0.85)
-    assert p[0] == pytest.approx([0.25 / 0.3625, 0.09 / 0.3625, 0.0225 / 0.3625, 0.0])
+@pytest.mark.parametrize(("temperature", "top_p"), [(1.0, 1.0), (0.5, 0.85), (0.7, 0.5), (1.5, 0.9)])
+def test_draws_follow_mlx_lms_top_p_then_temperature(temperature: float, top_p: float) -> None:
+    """The worked example's row (0.5, 0.3, 0.15, 0.05) and a random one of 50 tokens, drawn 40,000
+    times: the counts fit mlx-lm's distribution (top-p 0.85 then temperature 0.5 gives 0.690,
+    0.248, 0.062 and 0)."""
     rng = np.random.default_rng(3)
-    for temperature in (0.3, 0.7, 1.5):
-        for top_p in (0.5, 0.9):
-            logits = rng.normal(0, 3, size=(1, 50))
-            logprobs = logits - np.log(np.exp(logits).sum())
-            kept = np.array(apply_top_p(mx.array(logprobs, dtype=mx.float32), top_p), dtype=np.float64)
-            scaled = np.exp((kept - kept.max()) / temperature)
-            assert adjusted_probs(logits, temperature, top_p)[0] == pytest.approx(scaled[0] / scaled.sum(), abs=1e-6)
+    for logits in (np.log(np.array([0.5, 0.3, 0.15, 0.05])), rng.normal(0, 2, size=50)):
+        p = reference_probs(logits, temperature, top_p)
+        rows = mx.broadcast_to(mx.array(logits, dtype=mx.float32), (N, logits.size))
+        counts = np.bincount(np.array(sample_rows(rows, position_keys(11, N), temperature, top_p)),
+                             minlength=logits.size)
+        assert (counts[p == 0] == 0).all()  # top-p's cut tokens are never drawn
+        cells = p * N >= 5
+        rest = N * p[~cells & (p > 0)].sum()
+        stat = float(((counts[cells] - N * p[cells]) ** 2 / (N * p[cells])).sum())
+        if rest >= 5:
+            stat += (counts[~cells].sum() - rest) ** 2 / rest
+        df = int(cells.sum()) - (0 if rest >= 5 else 1)
+        assert stat < chi2_critical(max(df, 1)), f"chi2={stat:.1f} df={df} for {logits.size} tokens"
+    assert reference_probs(np.log(np.array([0.5, 0.3, 0.15, 0.05])), 0.5, 0.85) == pytest.approx(
+        [0.25 / 0.3625, 0.09 / 0.3625, 0.0225 / 0.3625, 0.0])
 
 
-def test_temperature_sharpens() -> None:
-    logits = np.log(np.array([[0.6, 0.4]]))
-    cold = adjusted_probs(logits, temperature=0.5, top_p=1.0)
-    assert cold[0, 0] > 0.6 and np.isclose(cold.sum(), 1.0)
+def test_a_rows_draw_depends_on_its_position_alone() -> None:
+    """Three rows at positions 40..42 draw what the same rows draw one at a time, or two with other
+    rows beside them; rows past the last key (padding) reuse it."""
+    keys = position_keys(5, 44)
+    logits = mx.array(np.random.default_rng(0).normal(0, 1, size=(3, 200)), dtype=mx.float32)
+    three = draw(keys, logits, 40, 0.9, 0.95).tolist()
+    ones = [draw(keys, logits[j : j + 1], 40 + j, 0.9, 0.95).item() for j in range(3)]
+    assert three == ones == draw(keys, logits[:2], 40, 0.9, 0.95).tolist() + draw(keys, logits[2:], 42, 0.9, 0.95).tolist()
+    padded = mx.concatenate([logits[:2], logits[1:2]])  # positions 42, 43 and a padding row past key 43
+    assert draw(keys, padded, 42, 0.9, 0.95).tolist()[1:] == [draw(keys, logits[1:2], 43, 0.9, 0.95).item()] * 2
 
 
-def test_greedy_rule_worked_example() -> None:
-    assert verify_greedy([7, 8, 4, 5], [7, 8, 9]) == (2, 4)
-    assert verify_greedy([7, 8, 4, 5], [7, 8, 4]) == (3, 5)
-    assert verify_greedy([3], []) == (0, 3)
-    assert verify_greedy([1, 2], [9]) == (0, 1)
+def test_with_draws_replaces_a_streams_rows_and_keeps_its_padding() -> None:
+    choices = mx.array([[1, 2, 3], [4, 5, 6], [7, 8, 9]])
+    out = with_draws(choices, {1: mx.array([40, 50]), 2: mx.array([70, 80, 90])})
+    assert out.tolist() == [[1, 2, 3], [40, 50, 6], [70, 80, 90]]
+    assert with_draws(choices, {}) is choices
+
+
+def test_verify_worked_example() -> None:
+    assert verify([7, 8, 4, 5], [7, 8, 9]) == (2, 4)
+    assert verify([7, 8, 4, 5], [7, 8, 4]) == (3, 5)
+    assert verify([3], []) == (0, 3)
+    assert verify([1, 2], [9]) == (0, 1)
+
+
+def chi2_critical(df: int, z: float = 3.09) -> float:
+    """The chi-square value exceeded with probability ~0.1% (Wilson-Hilferty; ``z``: that normal quantile)."""
+    h = 2 / (9 * df)
+    return df * (1 - h + z * h**0.5) ** 3
 
 
 @pytest.mark.model
@@ -160,17 +196,47 @@ def test_sampled_streams_read_their_own_rows_of_a_grouped_pass(loaded, chat_prom
 
 
 
+@pytest.mark.model
+def test_a_seeded_reply_is_the_same_with_copies_or_without(loaded, chat_prompt) -> None:
+    """A sampled reply that copies from its prompt equals, token for token, the same seed's reply
+    with copying off, alone or beside another stream, with the CPU's rounds or an accelerator's (its
+    draws run ahead on the device): each position's token is drawn with that position's key."""
+    from engine.events import Finished, Request, RoundStats
+    from engine.passes.choice import ACCELERATOR
+    from engine.rounds.scheduler import Scheduler
+    from tests import prompts
+
+    tok = loaded.tokenizer
+    prompt = [*tok.apply_chat_template(REPEAT, add_generation_prompt=True),
+              *tok.encode("Sure: The quick brown", add_special_tokens=False)]
+
+    def run(drafts: bool, passes=None, beside: bool = False) -> tuple[tuple[int, ...], tuple[int, int], int]:
+        events: list = []
+        sched = Scheduler(replace(loaded, passes=passes) if passes is not None else loaded, events.append)
+        req = Request(prompt_tokens=tuple(prompt), max_tokens=48, temperature=0.7, top_p=0.9, seed=11, drafts=drafts)
+        sched.submit(req)
+        if beside:
+            sched.submit(Request(prompt_tokens=tuple(chat_prompt(prompts.OPEN)), max_tokens=48, temperature=1.0, seed=3))
+        while sched.busy:
+            sched.step()
+        done = next(e for e in events if isinstance(e, Finished) and e.request_id == req.id)
+        stats = [e for e in events if isinstance(e, RoundStats) and e.request_id == req.id]
+        return done.tokens, (sum(e.draft_rows for e in stats), sum(e.accepted for e in stats)), sched.rounds_ahead
+
+    alone, none, _ = run(drafts=False)
+    copying, (drafted, landed), _ = run(drafts=True)
+    assert none == (0, 0) and landed >= 3 and drafted > landed  # copies landed, and some were redrawn
+    assert copying == alone
+    assert run(drafts=True, beside=True)[0] == alone
+    ahead, _, rounds_ahead = run(drafts=True, passes=ACCELERATOR, beside=True)
+    assert rounds_ahead > 0 and ahead == alone
+
+
 REPEAT = [
     {"role": "user", "content": "Repeat this sentence: The quick brown fox jumps over the lazy dog."},
     {"role": "assistant", "content": "The quick brown fox jumps over the lazy dog."},
     {"role": "user", "content": "Once more, please."},
 ]
-
-
-def chi2_critical(df: int, z: float = 3.09) -> float:
-    """The chi-square value exceeded with probability ~0.1% (Wilson-Hilferty; ``z``: that normal quantile)."""
-    h = 2 / (9 * df)
-    return df * (1 - h + z * h**0.5) ** 3
 
 
 def engine_fit(loaded, n: int = 96, k: int = 5, temperature: float = 1.0, top_p: float = 0.9) -> tuple[float, int, int]:
@@ -206,7 +272,7 @@ def engine_fit(loaded, n: int = 96, k: int = 5, temperature: float = 1.0, top_p:
         if seq not in exact:
             logits = loaded.model(mx.array([prompt + list(seq[:-1])]), cache=make_prompt_cache(loaded.model))
             row = np.array(logits[:, -1, :].astype(mx.float32))
-            exact[seq] = probability(seq[:-1]) * float(adjusted_probs(row, temperature, top_p)[0][seq[-1]])
+            exact[seq] = probability(seq[:-1]) * float(reference_probs(row[0], temperature, top_p)[seq[-1]])
         return exact[seq]
 
     counts: dict[tuple[int, ...], int] = {}
@@ -232,17 +298,11 @@ def test_the_engine_samples_the_models_distribution_while_copying(loaded) -> Non
 
 
 @pytest.mark.model
-def test_the_engine_check_catches_a_verifier_that_skips_the_residual(loaded, monkeypatch) -> None:
-    """The same check with a verifier that, after rejecting a copy, draws from p instead of the
-    residual (so copies land too often): the fit fails, so the test above can."""
+def test_the_engine_check_catches_a_verifier_that_keeps_every_copy(loaded, monkeypatch) -> None:
+    """The same check with a verifier that keeps every copied row whatever was drawn there (so copies
+    land too often): the fit fails, so the test above can."""
     import engine.rounds.scheduler as scheduler
 
-    def naive(probs: np.ndarray, drafts: list[int], rng: np.random.Generator) -> tuple[int, int]:
-        for i, d in enumerate(drafts):
-            if rng.random() >= probs[i][d]:
-                return i, int(rng.choice(len(probs[i]), p=probs[i]))
-        return len(drafts), int(rng.choice(len(probs[-1]), p=probs[len(drafts)]))
-
-    monkeypatch.setattr(scheduler, "verify_sampled", naive)
+    monkeypatch.setattr(scheduler, "verify", lambda choices, drafts: (len(drafts), int(choices[len(drafts)])))
     chi2, df, _ = engine_fit(loaded)
     assert chi2 > chi2_critical(df)

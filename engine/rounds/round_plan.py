@@ -63,4 +63,4 @@ class RunAhead:
     """A draft-free round started before the previous round's tokens reached the host."""
 
     streams: list[Stream]  # its rows, in order
-    choices: mx.array  # [len(streams), 1] greedy choices, still being computed
+    choices: mx.array  # [len(streams), 1] choices (greedy, or a sampling stream's draws), still being computed

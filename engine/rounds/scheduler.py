@@ -18,13 +18,12 @@ from functools import partial
 from typing import Any
 
 import mlx.core as mx
-import numpy as np
 from mlx_lm.generate import generation_stream
 
 from engine.drafts.allocator import Offer, allocate
 from engine.drafts.copy_index import RecallIndex, Window
 from engine.drafts.cost_model import CostModel
-from engine.drafts.verification import adjusted_probs, verify_greedy, verify_sampled
+from engine.drafts.verification import verify
 from engine.events import (
     Event,
     Failed,
@@ -54,6 +53,7 @@ from engine.rounds import run_ahead
 from engine.rounds.admission import Admission
 from engine.rounds.calibration import calibrate
 from engine.rounds.round_plan import Joining, Round, RoundPlan, RunAhead
+from engine.rounds.sampling import draw, with_draws
 from engine.rounds.stream import Stream
 
 log = logging.getLogger(__name__)
@@ -277,7 +277,7 @@ class Scheduler:
         saved = (self.lanes.save(r.width), r.chunk.save()) if r.chunk is not None else None
         t_fwd = time.perf_counter()
         try:
-            choice_rows, picked, advanced = self._forward(r)
+            choice_rows, advanced = self._forward(r)
         except Exception as exc:
             self.ahead = None
             self.lanes.end_round()
@@ -297,8 +297,7 @@ class Scheduler:
         if r.chunk is not None and rider is not None:
             rider.done += len(r.chunk.tokens)
             self.chunks_ridden += 1
-        done, failures = self._verify(r, choice_rows, dict(zip(r.sampling, picked, strict=True)), advanced,
-                                      forward_s, t_start)
+        done, failures = self._verify(r, choice_rows, advanced, forward_s, t_start)
         self.lanes.settle()
         self.lanes.end_round()
         for row in reversed(done):
@@ -342,23 +341,27 @@ class Scheduler:
             r.kind = "grouped"
         return r
 
-    def _forward(self, r: Round) -> tuple[list[list[int]], list[Any], bool]:
-        """Run the round's pass: each stream's greedy choices per row, the logits of the sampling
-        streams' rows, and whether the lanes were already advanced (a next round ran ahead)."""
+    def _forward(self, r: Round) -> tuple[list[list[int]], bool]:
+        """Run the round's pass: each stream's choice per row (greedy, or drawn for a sampling stream:
+        ``engine.rounds.sampling``), and whether the lanes were already advanced (a next round ran ahead)."""
         sizes = [len(row) for row in r.rows]
         starts = list(itertools.accumulate(sizes, initial=0))
         if r.kind == "ahead":  # computed already: its positions are this round's
             assert r.ahead is not None
             self.lanes.begin_round(r.width, sizes)
-            return self._choices(r, r.ahead, [])
+            return self._choices(r, r.ahead)
         if r.kind == "host":
             assert self.passes.numpy_pass is not None
             self.rounds_host += 1
             self.lanes.begin_host(sizes)
             logits = self.passes.numpy_pass.logits(self.lanes, r.rows)
             best = logits.argmax(axis=-1).tolist()
-            picked = [logits[starts[i] : starts[i + 1]] for i in r.sampling]
-            return [best[starts[i] : starts[i + 1]] for i in range(r.batch)], picked, False
+            rows = [best[starts[i] : starts[i + 1]] for i in range(r.batch)]
+            draws = {i: self._draw(r, i, mx.array(logits[starts[i] : starts[i + 1]])) for i in r.sampling}
+            mx.eval(list(draws.values()))
+            for i, d in draws.items():
+                rows[i] = d.tolist()
+            return rows, False
         if r.kind == "grouped":
             if r.chunk is None:  # rounds with a chunk are counted in chunks_ridden
                 self.rounds_grouped += 1
@@ -367,21 +370,29 @@ class Scheduler:
                                   self.passes.numpy_ops, self.passes.rope_table)
             pad = [[starts[i] + min(j, n - 1) for j in range(r.width)] for i, n in enumerate(sizes)]
             choices = mx.argmax(flat, axis=-1)[mx.array(pad, dtype=mx.int32)]
-            return self._choices(r, choices, [flat[starts[i] : starts[i + 1]] for i in r.sampling])
+            draws = {i: self._draw(r, i, flat[starts[i] : starts[i + 1]]) for i in r.sampling}
+            return self._choices(r, with_draws(choices, draws))
         self.lanes.begin_round(r.width, sizes)
         # Padding repeats a stream's last row: masked out by position, never kept.
         inputs = [row + [row[-1]] * (r.width - len(row)) for row in r.rows]
         logits = self.passes.padded(self.model, self.lanes, mx.array(inputs, dtype=mx.int32))
-        return self._choices(r, mx.argmax(logits, axis=-1), [logits[i, : sizes[i]] for i in r.sampling])
+        draws = {i: self._draw(r, i, logits[i, : sizes[i]]) for i in r.sampling}
+        return self._choices(r, with_draws(mx.argmax(logits, axis=-1), draws))
 
-    def _choices(self, r: Round, choices: mx.array, picked: list[Any]) -> tuple[list[list[int]], list[Any], bool]:
+    def _draw(self, r: Round, i: int, logits: mx.array) -> mx.array:
+        """Stream ``i``'s draws for its rows of this round (``logits`` [rows, vocab])."""
+        s = r.plan.streams[i]
+        assert s.keys is not None
+        return draw(s.keys, logits, len(s.output), s.request.temperature, s.request.top_p)
+
+    def _choices(self, r: Round, choices: mx.array) -> tuple[list[list[int]], bool]:
         """Queue the next round ahead where nothing can change it, then bring the choices to the host."""
-        advanced = run_ahead.start(self, r.plan, r.width, r.sampling, choices)
-        mx.eval(choices, *picked, *(cache_arrays(r.chunk.caches) if r.chunk is not None else []))
-        return choices.tolist(), picked, advanced
+        advanced = run_ahead.start(self, r.plan, r.width, choices)
+        mx.eval(choices, *(cache_arrays(r.chunk.caches) if r.chunk is not None else []))
+        return choices.tolist(), advanced
 
-    def _verify(self, r: Round, choice_rows: list[list[int]], sampled: dict[int, Any], advanced: bool,
-                forward_s: float, t_start: float) -> tuple[list[int], dict[int, Exception]]:
+    def _verify(self, r: Round, choice_rows: list[list[int]], advanced: bool, forward_s: float,
+                t_start: float) -> tuple[list[int], dict[int, Exception]]:
         """Verify each stream's drafts, advance its lanes, emit its tokens and round statistics.
         Returns the rows that are done, and those that failed with why (one stream's failure
         leaves the others running)."""
@@ -390,13 +401,7 @@ class Scheduler:
         for i, s in enumerate(r.plan.streams):
             try:
                 d = r.drafts[i]
-                if i in sampled:
-                    req = s.request
-                    probs = adjusted_probs(np.array(sampled[i], dtype=np.float32), req.temperature, req.top_p)
-                    assert s.rng is not None
-                    accepted, nxt = verify_sampled(probs, d, s.rng)
-                else:
-                    accepted, nxt = verify_greedy(choice_rows[i][: len(d) + 1], d)
+                accepted, nxt = verify(choice_rows[i][: len(d) + 1], d)  # draws too: their module says why
                 if not advanced:
                     self.lanes.advance(i, accepted + 1)
                 window = r.plan.windows[i] if d else None  # a window granted no rows was not verified

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import secrets
 import time
 from dataclasses import dataclass, field, replace
 
-import numpy as np
+import mlx.core as mx
 from mlx_lm.tokenizer_utils import StreamingDetokenizer, TokenizerWrapper
 
 from engine.drafts.copy_index import ContextIndex, RecallIndex, Window
@@ -13,6 +14,7 @@ from engine.drafts.copy_rates import CopyRates
 from engine.drafts.edits import Applied, EditBook, edit_between
 from engine.events import Finished, Origin, ReplyStats, Request, SourceCounts, StopReason
 from engine.model.families import Family
+from engine.rounds.sampling import position_keys
 
 # A copy broken by an edit (a renamed word, a fixed typo) resumes within a few tokens; this many
 # tokens after the break the reply has moved on, and a one-token match near the old spot is chance.
@@ -46,7 +48,7 @@ class Stream:
     rows: dict[str, Counts] = field(default_factory=lambda: {"context": Counts(), "recall": Counts()})
     stop_reason: StopReason | None = None
     cancelled: bool = False
-    rng: np.random.Generator | None = None
+    keys: mx.array | None = None  # a sampling stream's key per output position (engine.rounds.sampling)
     # mlx-lm's streaming detokenizer for this tokenizer: decoding each round's tokens on their own
     # would drop SentencePiece's leading spaces (Mistral, Llama 2) at round boundaries.
     detokenizer: StreamingDetokenizer | None = None
@@ -67,8 +69,11 @@ class Stream:
         if own and 0 < family.brief_match < context.min_match:
             brief = ContextIndex(min_match=family.brief_match, max_match=context.min_match - 1)
             brief.extend(prompt)
-        rng = np.random.default_rng(request.seed) if request.temperature > 0 else None
-        return cls(request, prompt, family, tokenizer, own, rates, context, rng=rng, brief=brief)
+        keys = None
+        if request.temperature > 0:  # one past max_tokens: a round's padding rows draw too, never kept
+            seed = request.seed if request.seed is not None else secrets.randbits(63)
+            keys = position_keys(seed, request.max_tokens + 1)
+        return cls(request, prompt, family, tokenizer, own, rates, context, keys=keys, brief=brief)
 
     @property
     def id(self) -> str:

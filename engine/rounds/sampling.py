@@ -1,0 +1,64 @@
+"""Sampled rows, drawn on the device with one key per position of a reply.
+
+A sampling stream's token at output position n is drawn from its row's distribution with key n of
+the stream's seed (``position_keys``): mlx-lm's top-p on the model's log-probabilities, then the
+temperature (``mlx_lm.sample_utils.make_sampler``'s order), then the Gumbel-max draw that
+``mx.random.categorical`` makes. Every row of a round is drawn so, copied rows too, and verification
+keeps the copies that equal their row's draw (``engine.drafts.verification.verify``). That is
+speculative sampling's rule with the draws coupled: a copy x lands with probability p(x), and on a
+mismatch the token emitted is the draw itself, distributed as p given that it is not x (the
+residual). So each token follows the model's distribution, and a seeded reply is the same token for
+token whether rows were copied or not, alone or in any batch, run ahead or not: only the ints cross
+to the host.
+
+Worked example: a stream at output position 40 drafts two copied tokens (a, b), so its round has
+rows at positions 40, 41, 42. Their draws with keys 40..42 are (a, c, e): the copy a lands, b does
+not (c was drawn where it was offered), and the stream emits a, c. Without copies it would have
+drawn a at 40 with key 40, then c at 41 with key 41 from the same distribution: the same tokens.
+"""
+
+from __future__ import annotations
+
+import mlx.core as mx
+from mlx_lm.sample_utils import apply_top_p
+
+_gumbel_rows = mx.vmap(lambda key, noise: mx.random.gumbel(shape=noise.shape, key=key), in_axes=(0, 0))
+
+
+def position_keys(seed: int, count: int) -> mx.array:
+    """``count`` keys [count, 2], key n for output position n of a reply sampled with ``seed``."""
+    return mx.random.split(mx.random.key(seed), count)
+
+
+def sample_rows(logits: mx.array, keys: mx.array, temperature: float, top_p: float) -> mx.array:
+    """One token per row of ``logits`` [rows, vocab], row i drawn with ``keys[i]`` (int32 [rows])."""
+    logits = logits.astype(mx.float32)
+    logprobs = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
+    if 0.0 < top_p < 1.0:
+        logprobs = apply_top_p(logprobs, top_p)
+    noise = _gumbel_rows(keys, logprobs)
+    return mx.argmax(logprobs * (1.0 / temperature) + noise, axis=-1).astype(mx.int32)
+
+
+def draw(keys: mx.array, logits: mx.array, position: int, temperature: float, top_p: float) -> mx.array:
+    """A stream's draws for rows ``logits`` [rows, vocab] at output positions ``position`` on (int32
+    [rows]); rows past its last key (padding, never kept) reuse that key."""
+    last = keys.shape[0] - 1
+    at = mx.array([min(position + j, last) for j in range(logits.shape[0])], dtype=mx.int32)
+    return sample_rows(logits, keys[at], temperature, top_p)
+
+
+def with_draws(choices: mx.array, draws: dict[int, mx.array]) -> mx.array:
+    """``choices`` [streams, width] with row i replaced by ``draws[i]`` (as many rows or fewer: the
+    rest of the row is padding and keeps what it had)."""
+    if not draws:
+        return choices
+    width = choices.shape[1]
+    rows = []
+    for i in range(choices.shape[0]):
+        d = draws.get(i)
+        if d is None:
+            rows.append(choices[i])
+        else:
+            rows.append(d if d.shape[0] == width else mx.concatenate([d, choices[i, d.shape[0]:]]))
+    return mx.stack(rows)
