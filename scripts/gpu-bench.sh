@@ -21,7 +21,8 @@
 # alternated repeats; with BASE, a tree of an earlier commit from `scripts/device-stash.sh COMMIT`
 # carried along, each trace runs there too, right after, with this tree's script: an A/B of an
 # engine change on one lease). TRACE_TIMEOUT bounds each (the first compiles kernels for minutes);
-# TRACE_TOKENS caps each reply; TRACE_ARGS goes to round_trace.py as it is (e.g. "--temperature 0.7").
+# TRACE_TOKENS caps each reply; TRACE_CELLS replaces plain,on; TRACE_ARGS goes to round_trace.py as it is
+# (e.g. "--temperature 0.7", with which TRACE_CELLS may name mlx-lm and mlx-lm-batch).
 # `scripts/device-stash.sh` makes WHEELS_DIR and BASE.
 set -euo pipefail
 WHEELS=${1:?usage: gpu-bench.sh WHEELS_DIR [OUT_DIR]}
@@ -80,7 +81,7 @@ for step in $STEPS; do
           echo "== trace ${t%%:*} at ${t##*:} streams: $tree"
           (cd "$tree" && PYTHONPATH="$SITE:$PWD" timeout "${TRACE_TIMEOUT:-240}" python3 "$ROOT/scripts/round_trace.py" \
             --workload "resources/workloads/${t%%:*}.jsonl" --streams "${t##*:}" --repeats "${REPEATS:-4}" \
-            --cells plain,on ${TRACE_TOKENS:+--max-tokens "$TRACE_TOKENS"} ${TRACE_ARGS:-} 2>/dev/null | grep -v "joining\|waited") \
+            --cells "${TRACE_CELLS:-plain,on}" ${TRACE_TOKENS:+--max-tokens "$TRACE_TOKENS"} ${TRACE_ARGS:-} 2>/dev/null | grep -v "joining\|waited") \
             || echo "(trace failed or timed out)"
         done
       done ;;

@@ -14,7 +14,8 @@ milliseconds; with several cells, each cell's ratio to the first per repeat (cel
 one unmeasured run of each: the first run of a shape compiles its kernels on a GPU). The JSON
 holds each run's summary, with what the allocator expected its drafting rounds to gain and cost.
 ``--temperature`` samples every reply (seeded by its place in the workload, so every cell and repeat
-writes the same replies), top-p ``--top-p``. ``--accelerator`` runs a GPU's round logic (passes that speculate ahead) on any device, to try the
+writes the same replies), top-p ``--top-p``; cells ``mlx-lm`` and ``mlx-lm-batch`` then time mlx-lm's
+``stream_generate`` (one reply after another) or ``batch_generate`` with its sampler at those settings. ``--accelerator`` runs a GPU's round logic (passes that speculate ahead) on any device, to try the
 paths on a CPU. What it measured on the H200 is in docs/engine.md ("What happens in a round", item 7).
 """
 
@@ -31,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.bench.cell_specs import parse_cell
-from engine.bench.runner import _calibrated, run_lanes
+from engine.bench.runner import _calibrated, prompts_for, run_lanes
 from engine.bench.workloads import at_streams, load_workload
 from engine.model.loading import load_model
 from engine.passes.choice import ACCELERATOR
@@ -143,6 +144,26 @@ def summarise(rounds: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def mlx_lm_tok_s(loaded: Any, items: Any, batch: bool) -> float:
+    """mlx-lm's own generation of the workload with its sampler at SAMPLING's settings: tokens a second."""
+    import mlx.core as mx
+    from mlx_lm import batch_generate, stream_generate
+    from mlx_lm.sample_utils import make_sampler
+
+    sampler = make_sampler(SAMPLING["temperature"], SAMPLING["top_p"])
+    prompts = prompts_for(loaded, items)
+    mx.random.seed(0)
+    t0 = time.perf_counter()
+    if batch:
+        res = batch_generate(loaded.model, loaded.tokenizer, prompts, max_tokens=[it.max_tokens for it in items],
+                             return_token_ids=True, sampler=sampler)
+        tokens = sum(len(t) for t in res.token_ids or [])
+    else:
+        tokens = sum(1 for it, p in zip(items, prompts, strict=True)
+                     for _ in stream_generate(loaded.model, loaded.tokenizer, p, max_tokens=it.max_tokens, sampler=sampler))
+    return tokens / (time.perf_counter() - t0)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--workload", type=Path, default=Path("resources/workloads/no-copy.jsonl"))
@@ -180,6 +201,13 @@ def main() -> None:
             TRACE.rounds, TRACE.gc_s, TRACE.gc_n = [], [0.0, 0.0, 0.0], [0, 0, 0]
             if args.temperature > 0:
                 SAMPLING.update(temperature=args.temperature, top_p=args.top_p, seed=0)
+            if spec.startswith("mlx-lm"):
+                if not SAMPLING:
+                    raise SystemExit("mlx-lm cells here are for sampled runs (--temperature); `lanes bench` times greedy ones")
+                tok_s = mlx_lm_tok_s(loaded, items, batch=spec == "mlx-lm-batch")
+                if rep:
+                    runs[spec].append({**summarise([]), "tok_s": tok_s})
+                continue
             run = run_lanes(loaded, items, costs, parse_cell(spec))
             if rep == 0:
                 continue
