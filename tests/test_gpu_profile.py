@@ -1,5 +1,5 @@
 """The GPU measuring scripts keep running, on the CPU: ``scripts/gpu_profile.py``'s bare decode loops and
-engine steps, ``scripts/round_trace.py`` on a workload, ``scripts/draft_replay.py`` and the trace step
+engine steps, ``scripts/round_trace.py`` on a workload (greedy, and sampled beside mlx-lm's sampler), ``scripts/draft_replay.py`` and the trace step
 of ``scripts/gpu-bench.sh``."""
 
 from __future__ import annotations
@@ -54,6 +54,25 @@ def test_round_trace_sorts_a_workloads_rounds_by_kind(tmp_path: Path) -> None:
         assert sum(run[k]["n"] for k in kinds) == run["rounds"] > 0
     assert runs["plain"][0]["drafting"]["rounds"] == 0
     assert runs["on"][0]["drafting"]["accepted"] > 0
+
+
+def test_round_trace_samples_and_times_mlx_lms_sampler(tmp_path: Path) -> None:
+    """With ``--temperature`` the Lanes cells sample (on the device, their rounds run ahead with the
+    GPU's round logic) and an mlx-lm cell times mlx-lm's own sampler; without it an mlx-lm cell is
+    refused."""
+    root = Path(__file__).parent.parent
+    out = tmp_path / "trace.json"
+    args = [sys.executable, "scripts/round_trace.py", "--workload", "resources/workloads/copy-heavy.jsonl",
+            "--streams", "2", "--repeats", "1", "--max-tokens", "16", "--accelerator", "--json", str(out)]
+    done = subprocess.run([*args, "--cells", "mlx-lm-batch,plain,on", "--temperature", "0.7", "--top-p", "0.9"],
+                          cwd=root, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    runs = json.loads(out.read_text())["runs"]
+    assert runs["mlx-lm-batch"][0]["tok_s"] > 0 and runs["mlx-lm-batch"][0]["rounds"] == 0
+    assert runs["plain"][0]["ahead"]["n"] > 0  # sampled rounds ran ahead
+    assert "plain/mlx-lm-batch per repeat" in done.stdout
+    refused = subprocess.run([*args, "--cells", "mlx-lm,plain"], cwd=root, capture_output=True, text=True, timeout=600)
+    assert refused.returncode != 0 and "sampled runs" in refused.stderr
 
 
 def test_engine_steps_time_batch_generate_and_plain_on_a_workload(loaded) -> None:
