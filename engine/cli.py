@@ -33,6 +33,9 @@ def main(argv: list[str] | None = None) -> int:
                        help="run this many streams: the workload's first ones, or its lines again in turn")
     bench.add_argument("--model", default=None, help="model (default: the embedded SmolLM2-135M)")
     bench.add_argument("--json", type=Path, default=None, help="write full results here")
+    bench.add_argument("--temperature", type=float, default=0.0,
+                       help="sample every cell at this temperature (Lanes' replies seeded per line; default greedy)")
+    bench.add_argument("--top-p", type=float, default=1.0, help="top-p of a sampled run")
 
     soak = sub.add_parser("soak", help="many streams through the engine for a long time: errors and memory")
     soak.add_argument("--streams", type=int, default=8)
@@ -189,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
 def _bench(args: argparse.Namespace) -> int:
 
     from engine.bench.cell_specs import parse_cells
-    from engine.bench.runner import markdown, run_bench
+    from engine.bench.runner import Sampling, markdown, run_bench
     from engine.bench.workloads import at_streams, load_workload
     from engine.errors import LanesError
     from engine.model.loading import load_model
@@ -197,6 +200,8 @@ def _bench(args: argparse.Namespace) -> int:
     cells = parse_cells(args.cells)
     if args.rounds < 1:
         raise LanesError("--rounds must be at least 1")
+    if args.temperature < 0 or not 0 < args.top_p <= 1:
+        raise LanesError(f"--temperature must be >= 0 and --top-p in (0, 1]; got {args.temperature}, {args.top_p}")
     items = load_workload(args.workload, args.max_tokens)
     if args.streams is not None:
         items = at_streams(items, args.streams)
@@ -204,7 +209,8 @@ def _bench(args: argparse.Namespace) -> int:
     for w in loaded.warnings:
         print(f"warning: {w}", file=sys.stderr)
     result = run_bench(loaded, items, cells, args.rounds, progress=lambda s: print(s, file=sys.stderr),
-                       warmup=args.warmup)
+                       warmup=args.warmup,
+                       sampling=Sampling(args.temperature, args.top_p) if args.temperature > 0 else None)
     result["workload"] = str(args.workload)
     print(markdown(result))
     if args.json:

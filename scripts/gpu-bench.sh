@@ -12,7 +12,8 @@
 # STEPS (space-separated) picks parts: families (the family tests on this device), embedded (the
 # embedded model's workloads, 4 streams), streams (the embedded model at 1, 8 and 16 streams, or
 # those of STREAM_COUNTS),
-# shaped (a random 4-bit model of Llama-3.2-1B's shape, 4 streams: speed only), qwen2 (the embedded
+# sampled (the embedded model's copy-heavy at 1 and 4 streams and no-copy at 4, every cell sampling at
+# temperature 0.7, top-p 0.9), shaped (a random 4-bit model of Llama-3.2-1B's shape, 4 streams: speed only), qwen2 (the embedded
 # weights in mlx-lm's qwen2 module), tiny (tiny random models of each cache kind through copy-heavy:
 # token equality and near-tie margins), server (`make bench-server`'s load and agent runs: the agent
 # workload through `lanes serve` and `mlx_lm.server` on the embedded model's llama folder; the
@@ -64,6 +65,9 @@ for step in $STEPS; do
           *) echo "STREAM_COUNTS takes 1, 8 and 16" >&2; exit 2 ;;
         esac
       done ;;
+    sampled)  # every cell samples: mlx-lm with its own sampler, Lanes with each reply seeded by its line
+      bench sampled-1-copy-heavy copy-heavy --streams 1 --cells mlx-lm,plain,on --temperature 0.7 --top-p 0.9
+      for w in copy-heavy no-copy; do bench "sampled-$w" "$w" --cells "$CELLS" --temperature 0.7 --top-p 0.9; done ;;
     shaped)
       python3 -m engine.cli make-model llama-1b-4bit "$OUT/llama-1b-4bit" >/dev/null
       for w in copy-heavy no-copy; do bench "1b-$w" "$w" --model "$OUT/llama-1b-4bit" --cells "$CELLS"; done

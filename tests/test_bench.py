@@ -79,6 +79,36 @@ def test_a_cell_runs_with_its_own_family_settings(tmp_path: Path) -> None:
     assert longest["off:max_window=2"] == 2 < longest["off"]  # the setting reached the engine's windows
 
 
+def test_a_sampled_bench_samples_every_cell_and_holds_lanes_cells_to_one_reply(tmp_path: Path) -> None:
+    """``--temperature``: mlx-lm's cells run its sampler (their draws are not compared), every Lanes
+    cell writes the replies the plain cell wrote, copies or not (each reply seeded by its line), and
+    the replies are not greedy ones."""
+    workload = tmp_path / "w.jsonl"
+    repeat = [{"role": "user", "content": "Repeat this sentence: The quick brown fox jumps over the lazy dog."},
+              {"role": "assistant", "content": "The quick brown fox jumps over the lazy dog."},
+              {"role": "user", "content": "Once more, please."}]
+    lines = [{"id": "copy", "messages": repeat, "max_tokens": 32},
+             {"id": "open", "messages": [{"role": "user", "content": "Tell me a story about a lighthouse."}], "max_tokens": 48}]
+    workload.write_text("\n".join(json.dumps(line) for line in lines))
+    out = tmp_path / "r.json"
+    res = lanes("bench", "--workload", str(workload), "--rounds", "2", "--cells", "mlx-lm-batch,plain,on",
+                "--temperature", "0.3", "--top-p", "0.9", "--json", str(out))
+    assert res.returncode == 0, res.stderr
+    data = json.loads(out.read_text())
+    assert data["sampling"] == {"temperature": 0.3, "top_p": 0.9}
+    cells = data["cells"]
+    assert cells["mlx-lm-batch"]["equal_streams"] is None and cells["mlx-lm-batch"]["median_tok_s"] > 0
+    assert cells["plain"]["equal_streams"] == cells["on"]["equal_streams"] == 2
+    replies = {name: [s["tokens"] for r in c["rounds"] for s in r["streams"]] for name, c in cells.items()}
+    assert replies["on"] == replies["plain"]
+    assert cells["on"]["rows"]["context"]["tested"] > 0  # on copied while it sampled
+    greedy = lanes("bench", "--workload", str(workload), "--rounds", "1", "--cells", "plain", "--json", str(out))
+    assert greedy.returncode == 0, greedy.stderr
+    assert [s["tokens"] for s in json.loads(out.read_text())["cells"]["plain"]["rounds"][0]["streams"]] != replies["plain"][:2]
+    refused = lanes("bench", "--workload", str(workload), "--temperature", "0.7", "--top-p", "0")
+    assert refused.returncode == 2 and "--top-p" in refused.stderr
+
+
 def test_bad_workload_names_file_and_line(tmp_path: Path) -> None:
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"id": "a", "messages": [{"role": "user", "content": "hi"}]}\n{"id": "b"}\n')

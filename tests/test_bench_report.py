@@ -30,6 +30,14 @@ def test_a_row_reads_each_ratio_against_the_cells_beside_it() -> None:
     assert "| mlx-lm 100.0 | on 95.0 | - | 0.95 | - | 1/1 |" in one
 
 
+def test_a_sampled_row_says_so_and_counts_equality_among_lanes_cells() -> None:
+    r = result({"mlx-lm-batch": 400.0, "plain": 300.0, "on": 330.0}, workload="no-copy.jsonl", equal=4)
+    r["cells"]["mlx-lm-batch"]["equal_streams"] = None  # mlx-lm's own draws: not compared
+    r["sampling"] = {"temperature": 0.7, "top_p": 0.9}
+    assert ("| sampled-no-copy | no-copy (sampled: temperature 0.7, top-p 0.9) | SmolLM2-135M-Instruct (generic-ahead) "
+            "| 4 | mlx-lm-batch 400.0 | plain 300.0, on 330.0 | 0.75 | 0.82 | 1.10 | 4/4 |") in row("sampled-no-copy", r)
+
+
 def test_a_table_orders_rows_and_names_the_machine(tmp_path: Path) -> None:
     for name, r in {"gpu-8-copy-heavy": result({"plain": 1.0}, streams=8),
                     "gpu-no-copy": result({"plain": 2.0}, workload="no-copy.jsonl"),

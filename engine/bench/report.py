@@ -45,7 +45,9 @@ def row(name: str, result: dict[str, Any]) -> str:
     plain, on = _median(result, "plain"), _median(result, "on")
     lanes = [f"{cell} {c['median_tok_s']:.1f}" for cell, c in result["cells"].items() if cell != base]
     workload = Path(result.get("workload", name)).stem
-    equal = min(c["equal_streams"] for c in result["cells"].values())
+    if "sampling" in result:  # token-equal then compares the Lanes cells with plain's seeded replies
+        workload += f" (sampled: temperature {result['sampling']['temperature']}, top-p {result['sampling']['top_p']})"
+    equal = min(c["equal_streams"] for c in result["cells"].values() if c["equal_streams"] is not None)
     return "| " + " | ".join([
         name, workload, f"{Path(result['model']).name} ({result.get('passes', '-')})", str(result["streams"]),
         "-" if base is None or b is None else f"{base} {b:.1f}", ", ".join(lanes),
@@ -54,10 +56,10 @@ def row(name: str, result: dict[str, Any]) -> str:
     ]) + " |"
 
 
-def _key(name: str, result: dict[str, Any]) -> tuple[str, int, int, str]:
+def _key(name: str, result: dict[str, Any]) -> tuple[str, bool, int, int, str]:
     workload = Path(result.get("workload", name)).stem
     rank = ORDER.index(workload) if workload in ORDER else len(ORDER)
-    return (Path(result["model"]).name, result["streams"], rank, name)
+    return (Path(result["model"]).name, "sampling" in result, result["streams"], rank, name)
 
 
 def table(device: str, folder: Path) -> str:

@@ -2,9 +2,14 @@
 
 Cells alternate round by round; every cell run starts from a fresh scheduler with
 the same starting state (the calibrated cost model measured once up front, an empty
-Recall index, no conversation caches). Greedy throughout, so every stream's tokens
+Recall index, no conversation caches). Greedy by default, so every stream's tokens
 must equal mlx-lm's ``stream_generate``; a stream that differs is reported with the
 position and the reference's top-2 logit margin there.
+
+A sampled run (``Sampling``) samples in every cell: mlx-lm's cells with its own sampler, Lanes'
+with each reply seeded by its workload line, so every Lanes cell must write the tokens the first
+Lanes run wrote (``engine.rounds.sampling``: a seeded reply does not depend on copies); mlx-lm's
+draws are its own and are not compared.
 """
 
 from __future__ import annotations
@@ -19,8 +24,9 @@ from typing import Any
 
 import mlx.core as mx
 from mlx_lm import batch_generate, stream_generate
+from mlx_lm.sample_utils import make_sampler
 
-from engine.bench.cell_specs import Cell
+from engine.bench.cell_specs import LANES_BASES, Cell
 from engine.bench.workloads import WorkItem
 from engine.drafts.cost_model import CALIBRATION_KEYS, CostModel
 from engine.events import Event, Failed, Finished, Request
@@ -59,33 +65,51 @@ class CellRun:
         return self.generated / self.seconds
 
 
+@dataclass(frozen=True)
+class Sampling:
+    """Every cell of a run samples at these settings (module docstring)."""
+
+    temperature: float
+    top_p: float = 1.0
+
+    def mlx_lm(self) -> dict[str, Any]:
+        """mlx-lm's generation arguments: its sampler, its random state seeded alike for every run."""
+        mx.random.seed(0)
+        return {"sampler": make_sampler(self.temperature, self.top_p)}
+
+
 def prompts_for(loaded: LoadedModel, items: list[WorkItem]) -> list[list[int]]:
     tok = loaded.tokenizer
     return [list(tok.apply_chat_template(list(it.messages), add_generation_prompt=True)) for it in items]
 
 
-def run_mlx_lm(loaded: LoadedModel, items: list[WorkItem], prompts: list[list[int]]) -> CellRun:
+def run_mlx_lm(loaded: LoadedModel, items: list[WorkItem], prompts: list[list[int]],
+               sampling: Sampling | None = None) -> CellRun:
+    kwargs = sampling.mlx_lm() if sampling else {}
     t0 = time.perf_counter()
     out: dict[str, list[int]] = {}
     for it, p in zip(items, prompts, strict=True):
         toks = []
-        for r in stream_generate(loaded.model, loaded.tokenizer, p, max_tokens=it.max_tokens):
+        for r in stream_generate(loaded.model, loaded.tokenizer, p, max_tokens=it.max_tokens, **kwargs):
             if r.finish_reason != "stop":
                 toks.append(r.token)
         out[it.id] = toks
     return CellRun(time.perf_counter() - t0, out)
 
 
-def run_mlx_lm_batch(loaded: LoadedModel, items: list[WorkItem], prompts: list[list[int]]) -> CellRun:
+def run_mlx_lm_batch(loaded: LoadedModel, items: list[WorkItem], prompts: list[list[int]],
+                     sampling: Sampling | None = None) -> CellRun:
+    kwargs = sampling.mlx_lm() if sampling else {}
     t0 = time.perf_counter()
     res = batch_generate(
-        loaded.model, loaded.tokenizer, prompts, max_tokens=[it.max_tokens for it in items], return_token_ids=True
-    )
+        loaded.model, loaded.tokenizer, prompts, max_tokens=[it.max_tokens for it in items], return_token_ids=True,
+        **kwargs)
     assert res.token_ids is not None
     return CellRun(time.perf_counter() - t0, {it.id: list(t) for it, t in zip(items, res.token_ids, strict=True)})
 
 
-def run_lanes(loaded: LoadedModel, items: list[WorkItem], costs: CostModel, cell: Cell) -> CellRun:
+def run_lanes(loaded: LoadedModel, items: list[WorkItem], costs: CostModel, cell: Cell,
+              sampling: Sampling | None = None) -> CellRun:
     finished: dict[str, Finished] = {}
     run = CellRun(0.0, {})
     ids: dict[str, str] = {}
@@ -102,9 +126,10 @@ def run_lanes(loaded: LoadedModel, items: list[WorkItem], costs: CostModel, cell
         loaded = replace(loaded, passes=GENERIC)
     sched = Scheduler(loaded, emit, costs=costs)
     t0 = time.perf_counter()
-    for it in items:
+    for line, it in enumerate(items):
+        sampled = {"temperature": sampling.temperature, "top_p": sampling.top_p, "seed": line} if sampling else {}
         req = Request(messages=it.messages, max_tokens=it.max_tokens, drafts=cell.drafts,
-                      own_copy_rates=cell.own_copy_rates)
+                      own_copy_rates=cell.own_copy_rates, **sampled)
         ids[req.id] = it.id
         sched.submit(req)
     while sched.busy:
@@ -170,9 +195,10 @@ def run_bench(
     rounds: int,
     progress: Callable[[str], None] = lambda s: None,
     warmup: int = 0,
+    sampling: Sampling | None = None,
 ) -> dict[str, Any]:
     """Each cell ``rounds`` times, alternated, after ``warmup`` unmeasured runs of every cell (on a
-    GPU the first run of a shape compiles its kernels)."""
+    GPU the first run of a shape compiles its kernels); greedy, or sampled (module docstring)."""
     prompts = prompts_for(loaded, items)
     costs = _calibrated(loaded)
     # Cells on the generic pass are priced by what that pass costs here.
@@ -181,20 +207,25 @@ def run_bench(
     results: dict[str, dict[str, Any]] = {c.spec: {"rounds": [], "cell": c} for c in cells}
     for w in range(warmup):
         for cell in cells:
-            run = _run_cell(loaded, items, prompts, generic_costs if cell.generic_pass else costs, cell)
+            run = _run_cell(loaded, items, prompts, generic_costs if cell.generic_pass else costs, cell, sampling)
             progress(f"warm-up {w + 1} {cell.spec}: {run.tok_s:.1f} tok/s")
     for r in range(rounds):
         order = cells[r % len(cells) :] + cells[: r % len(cells)]  # no cell always goes first
         for cell in order:
-            run = _run_cell(loaded, items, prompts, generic_costs if cell.generic_pass else costs, cell)
-            if cell.base == "mlx-lm" and reference is None:
+            run = _run_cell(loaded, items, prompts, generic_costs if cell.generic_pass else costs, cell, sampling)
+            if reference is None and cell.base == ("plain" if sampling else "mlx-lm"):
                 reference = run.tokens
             progress(f"round {r + 1} {cell.spec}: {run.tok_s:.1f} tok/s")
             results[cell.spec]["rounds"].append(run)
-        if reference is None:  # mlx-lm not among the cells: compute the reference once
+        if reference is None and sampling:  # no plain cell: the first Lanes cell's replies
+            reference = next((res["rounds"][-1].tokens for res in results.values()
+                              if res["cell"].base in LANES_BASES), None)
+        if reference is None and not sampling:  # mlx-lm not among the cells: compute the reference once
             reference = run_mlx_lm(loaded, items, prompts).tokens
-    assert reference is not None
-    return _summarise(loaded, items, prompts, reference, results, costs)
+    out = _summarise(loaded, items, prompts, reference or {}, results, costs, sampling is not None)
+    if sampling:
+        out["sampling"] = {"temperature": sampling.temperature, "top_p": sampling.top_p}
+    return out
 
 
 def _calibrated(loaded: LoadedModel) -> CostModel:
@@ -206,16 +237,16 @@ def _calibrated(loaded: LoadedModel) -> CostModel:
 
 
 def _run_cell(loaded: LoadedModel, items: list[WorkItem], prompts: list[list[int]], costs: CostModel,
-              cell: Cell) -> CellRun:
+              cell: Cell, sampling: Sampling | None = None) -> CellRun:
     blas = blas_threads.tuner() if loaded.device == "cpu" else None
     if blas is not None:  # every cell starts with the threads the load leaves (mlx-lm's loops keep them)
         blas.settle()
     if cell.base == "mlx-lm":
-        run = run_mlx_lm(loaded, items, prompts)
+        run = run_mlx_lm(loaded, items, prompts, sampling)
     elif cell.base == "mlx-lm-batch":
-        run = run_mlx_lm_batch(loaded, items, prompts)
+        run = run_mlx_lm_batch(loaded, items, prompts, sampling)
     else:
-        run = run_lanes(loaded, items, costs, cell)
+        run = run_lanes(loaded, items, costs, cell, sampling)
     run.blas_threads = None if blas is None else blas.threads
     return run
 
@@ -227,6 +258,7 @@ def _summarise(
     reference: dict[str, list[int]],
     results: dict[str, dict[str, Any]],
     costs: CostModel,
+    sampled: bool = False,
 ) -> dict[str, Any]:
     out: dict[str, Any] = {"cells": {}, "machine": machine(), "model": loaded.name, "streams": len(items),
                            "passes": loaded.passes.name, "device": loaded.device,
@@ -234,20 +266,21 @@ def _summarise(
     prompt_of = {it.id: p for it, p in zip(items, prompts, strict=True)}
     for cell, res in results.items():
         runs: list[CellRun] = res["rounds"]
+        compared = not (sampled and res["cell"].base not in LANES_BASES)  # mlx-lm's own draws are not
         rounds_json = []
         rows: dict[str, dict[str, int]] = {}
         for run in runs:
             streams = []
             for it in items:
-                toks, ref = run.tokens[it.id], reference[it.id]
-                entry: dict[str, Any] = {"id": it.id, "tokens": toks, "equal": toks == ref}
+                toks, ref = run.tokens[it.id], reference.get(it.id)
+                entry: dict[str, Any] = {"id": it.id, "tokens": toks, "equal": toks == ref if compared else None}
                 if it.id in run.finish_s:  # a reply's own wait, which the aggregate tok/s hides
                     entry["seconds"], entry["engine_rounds"] = run.finish_s[it.id], run.stream_rounds[it.id]
-                if toks != ref:
+                if compared and ref is not None and toks != ref:
                     pos = next((i for i, (a, b) in enumerate(zip(toks, ref, strict=False)) if a != b),
                                min(len(toks), len(ref)))
                     entry["first_difference"] = pos
-                    if pos < len(ref):
+                    if pos < len(ref) and not sampled:
                         entry["top2_margin"] = top2_margin(loaded, prompt_of[it.id], ref, pos)
                 streams.append(entry)
             rounds_json.append({
@@ -268,7 +301,7 @@ def _summarise(
             "spread": (max(speeds) - min(speeds)) / statistics.median(speeds) if speeds else 0.0,
             "rounds": rounds_json,
             "rows": rows,
-            "equal_streams": min(sum(s["equal"] for s in r["streams"]) for r in rounds_json),
+            "equal_streams": min(sum(s["equal"] for s in r["streams"]) for r in rounds_json) if compared else None,
             "host_fraction": host / total if total > 0 else None,
             "settings": dict(res["cell"].settings),  # family settings this cell overrode
         }
@@ -298,13 +331,13 @@ def markdown(result: dict[str, Any]) -> str:
         host = c["host_fraction"]
         lines.append("| " + " | ".join([
             name, *[f"{r['tok_s']:.1f}" for r in c["rounds"]], f"{c['median_tok_s']:.1f}",
-            f"{c['spread'] * 100:.1f}%", f"{c['equal_streams']}/{n}", rowtxt("context"), rowtxt("recall"),
+            f"{c['spread'] * 100:.1f}%", "-" if c["equal_streams"] is None else f"{c['equal_streams']}/{n}", rowtxt("context"), rowtxt("recall"),
             "-" if host is None else f"{host * 100:.1f}%",
         ]) + " |")
     diffs = [
         f"- {name} round {i + 1}: stream {s['id']} differs at token {s['first_difference']}"
         + (f" (reference top-2 margin {s['top2_margin']:.4f})" if "top2_margin" in s else "")
-        for name, c in cells.items() for i, r in enumerate(c["rounds"]) for s in r["streams"] if not s["equal"]
+        for name, c in cells.items() for i, r in enumerate(c["rounds"]) for s in r["streams"] if s["equal"] is False
     ]
     m = result["machine"]
     if "blas" in m:
@@ -315,5 +348,6 @@ def markdown(result: dict[str, Any]) -> str:
     lines.append(f"Model {result['model']} ({result.get('passes', 'own')} passes); {n} streams; machine: "
                  f"{m.get('processor')}, {m.get('cores')} cores, {m.get('device')}, {backend}")
     if diffs:
-        lines += ["", "Streams not token-equal to mlx-lm:", *diffs]
+        reference = "the plain cell's seeded replies" if "sampling" in result else "mlx-lm"
+        lines += ["", f"Streams not token-equal to {reference}:", *diffs]
     return "\n".join(lines)
