@@ -3,7 +3,7 @@ through a stream's proposer, copy rates and allocator, with no forward pass (the
 so a policy question costs no device time.
 
     .venv/bin/python scripts/draft_replay.py docs/bench/gpu-1-copy-heavy.json [--stream ID] [--ahead]
-        [--kept-ms MS] [--probes wait|drop|after-copy]
+        [--kept-ms MS] [--probes wait|drop|after-copy] [--round-ms ahead=A,sync=S,draft=D,dropped=P]
 
 Per stream it prints the rounds, the tokens that came from copies, and per kind of window (its
 rate key): how often it was drafted, and how often it was priced out though its first row would
@@ -15,6 +15,13 @@ what a round run ahead takes, by default that cost too) and probes wait, as the 
 (``--probes drop`` lets them go anyway, ``after-copy`` once the reply has landed a copy: what
 either would copy). Not modelled: other streams in a round, Recall, the cost model's updates from
 timings.
+
+With ``--ahead`` each replayed round also gets the kind ``scripts/round_trace.py`` sorts real rounds
+into: ``ahead`` (draft-free, its pass run ahead), ``sync`` (draft-free after a drafting round, so
+not run ahead), ``draft`` and ``dropped`` (drafting, and dropping a pass run ahead). Rounds alone
+mislead on an accelerator, where the last three cost about twice the first: ``--round-ms`` takes a
+trace's median milliseconds per kind and prints each reply's modelled time, so a policy can be
+judged by time before it costs device time.
 """
 
 from __future__ import annotations
@@ -44,6 +51,11 @@ class Replay:
     rounds: int = 0
     copied: int = 0
     kinds: Counter[str] = field(default_factory=Counter)  # "drafted K", "priced out K", "would land K"
+    round_kinds: Counter[str] = field(default_factory=Counter)  # with ahead: round_trace's kinds
+
+    def seconds(self, round_ms: dict[str, float]) -> float:
+        """The replay's time, each round priced at ``round_ms`` of its kind."""
+        return sum(n * round_ms[kind] for kind, n in self.round_kinds.items()) / 1e3
 
 
 def replay(prompt: list[int], reference: list[int], family: Family, tokenizer: Any, costs: CostModel,
@@ -83,6 +95,8 @@ def replay(prompt: list[int], reference: list[int], family: Family, tokenizer: A
         s.accept([*drafts[:accepted], *nxt], [*(["context"] * accepted), *(["model"] * len(nxt))])
         out.rounds += 1
         out.copied += accepted
+        if ahead:
+            out.round_kinds[("dropped" if pending else "draft") if rows else ("ahead" if pending else "sync")] += 1
         pending = ahead and rows == 0
     return out
 
@@ -95,7 +109,11 @@ def main() -> None:
     ap.add_argument("--kept-ms", type=float, default=None)
     ap.add_argument("--probes", choices=("wait", "drop", "after-copy"), default="wait",
                     help="with --ahead, whether a due probe may drop a pass run ahead")
+    ap.add_argument("--round-ms", type=_round_ms, default=None,
+                    help="with --ahead, milliseconds per round kind, e.g. ahead=5.9,sync=14.3,draft=10.3,dropped=12.4")
     args = ap.parse_args()
+    if args.round_ms is not None and not args.ahead:
+        ap.error("--round-ms prices an accelerator's rounds: give --ahead too")
     result = json.loads(args.result.read_text())
     loaded = load_model(None)
     items = load_workload(Path(result["workload"]))
@@ -111,7 +129,24 @@ def main() -> None:
         r = replay(prompts[base], reference, loaded.family, loaded.tokenizer, costs, args.ahead, kept,
                    args.probes, sid)
         kinds = ", ".join(f"{k} {n}" for k, n in sorted(r.kinds.items()))
-        print(f"{sid}: {r.tokens} tokens in {r.rounds} rounds, {r.copied} copied; {kinds}")
+        rounds = ", ".join(f"{k} {r.round_kinds[k]}" for k in ROUND_KINDS if r.round_kinds[k])
+        timed = f" ~{1e3 * r.seconds(args.round_ms):.0f} ms" if args.round_ms else ""
+        print(f"{sid}: {r.tokens} tokens in {r.rounds} rounds{f' ({rounds})' if rounds else ''}{timed}, "
+              f"{r.copied} copied; {kinds}")
+
+
+ROUND_KINDS = ("ahead", "sync", "draft", "dropped")
+
+
+def _round_ms(text: str) -> dict[str, float]:
+    """``ahead=5.9,sync=14.3,draft=10.3,dropped=12.4`` -> milliseconds by round kind (all four)."""
+    try:
+        out = {k.strip(): float(v) for k, v in (part.split("=") for part in text.split(","))}
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{text!r}: want kind=ms pairs, e.g. ahead=5.9,sync=14.3,...") from exc
+    if set(out) != set(ROUND_KINDS):
+        raise argparse.ArgumentTypeError(f"{text!r}: give ms for each of {', '.join(ROUND_KINDS)}")
+    return out
 
 
 if __name__ == "__main__":

@@ -94,6 +94,12 @@ def test_draft_replay_copies_a_reply_that_repeats_its_prompt(loaded) -> None:
         r = _load("draft_replay").replay(prompt, reference, loaded.family, tok, costs, ahead, 0.007)
         assert r.rounds + r.copied == len(reference)
         assert r.copied >= len(reference) // 2, r
+        # An accelerator's rounds sorted as round_trace sorts real ones, and priced by kind.
+        assert sum(r.round_kinds.values()) == (r.rounds if ahead else 0)
+        if ahead:
+            assert r.round_kinds["draft"] + r.round_kinds["dropped"] >= 1 and r.round_kinds["sync"] >= 1
+            ms = {"ahead": 1.0, "sync": 10.0, "draft": 100.0, "dropped": 1000.0}
+            assert r.seconds(ms) == pytest.approx(sum(n * ms[k] for k, n in r.round_kinds.items()) / 1e3)
 
 
 def test_draft_replay_reads_a_bench_result() -> None:
@@ -102,6 +108,14 @@ def test_draft_replay_reads_a_bench_result() -> None:
                           cwd=root, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.startswith("rename-variable: 256 tokens in ") and "copied" in done.stdout
+    timed = subprocess.run([sys.executable, "scripts/draft_replay.py", "docs/bench/gpu-1-copy-heavy.json", "--ahead",
+                            "--round-ms", "ahead=5,sync=14,draft=10,dropped=12"], cwd=root, capture_output=True,
+                           text=True, timeout=300)
+    assert timed.returncode == 0 and " ms, " in timed.stdout and "(ahead " in timed.stdout, timed.stderr[-2000:]
+    for bad in (["--round-ms", "ahead=5,sync=14,draft=10,dropped=12"], ["--ahead", "--round-ms", "ahead=5"]):
+        refused = subprocess.run([sys.executable, "scripts/draft_replay.py", "docs/bench/gpu-1-copy-heavy.json", *bad],
+                                 cwd=root, capture_output=True, text=True, timeout=300)
+        assert refused.returncode == 2 and "--round-ms" in refused.stderr
 
 
 def test_gpu_bench_traces_this_tree_and_a_base_one(tmp_path: Path) -> None:
