@@ -3,25 +3,28 @@ through a stream's proposer, copy rates and allocator, with no forward pass (the
 so a policy question costs no device time.
 
     .venv/bin/python scripts/draft_replay.py docs/bench/gpu-1-copy-heavy.json [--stream ID] [--ahead]
-        [--kept-ms MS] [--probes wait|drop|after-copy] [--round-ms ahead=A,sync=S,draft=D,dropped=P]
+        [--kept-ms MS] [--probes wait|drop|after-copy] [--together]
+        [--round-ms ahead=A,sync=S,draft=D,dropped=P]
 
 Per stream it prints the rounds, the tokens that came from copies, and per kind of window (its
 rate key): how often it was drafted, and how often it was priced out though its first row would
-have landed. Modelled: each stream alone (batch 1), greedy verification against the reference,
+have landed. Modelled: each stream alone (batch 1), or with ``--together`` all of them in shared rounds
+as the result's run had them (a round drafts when any stream does), greedy verification against the
+reference (exact for a sampled result too: a copy lands when it equals the token drawn there),
 the cost model the result was calibrated with, own copy rates as the stream's request sets them,
 and with ``--ahead`` an accelerator's rounds: every draft-free round's successor runs ahead, so a
-round that drafts after one drops a pass (priced as ``CostModel.cost(1, 1)``; ``--kept-ms`` is
+round that drafts after one drops a pass (priced as ``CostModel.cost(batch, 1)``; ``--kept-ms`` is
 what a round run ahead takes, by default that cost too) and probes wait, as the allocator does
 (``--probes drop`` lets them go anyway, ``after-copy`` once the reply has landed a copy: what
-either would copy). Not modelled: other streams in a round, Recall, the cost model's updates from
-timings.
+either would copy). Not modelled: Recall, the cost model's updates from timings, streams joining
+at different times.
 
 With ``--ahead`` each replayed round also gets the kind ``scripts/round_trace.py`` sorts real rounds
 into: ``ahead`` (draft-free, its pass run ahead), ``sync`` (draft-free after a drafting round, so
 not run ahead), ``draft`` and ``dropped`` (drafting, and dropping a pass run ahead). Rounds alone
 mislead on an accelerator, where the last three cost about twice the first: ``--round-ms`` takes a
-trace's median milliseconds per kind and prints each reply's modelled time, so a policy can be
-judged by time before it costs device time.
+trace's median milliseconds per kind and prints the run's modelled time, so a policy can be judged
+by time before it costs device time.
 """
 
 from __future__ import annotations
@@ -46,59 +49,84 @@ from engine.rounds.stream import Stream
 
 @dataclass
 class Replay:
+    """One stream's replay."""
+
     stream: str
     tokens: int
     rounds: int = 0
     copied: int = 0
     kinds: Counter[str] = field(default_factory=Counter)  # "drafted K", "priced out K", "would land K"
+
+
+@dataclass
+class Run:
+    """Streams replayed in shared rounds (one stream: alone)."""
+
+    streams: list[Replay]
     round_kinds: Counter[str] = field(default_factory=Counter)  # with ahead: round_trace's kinds
 
     def seconds(self, round_ms: dict[str, float]) -> float:
-        """The replay's time, each round priced at ``round_ms`` of its kind."""
+        """The run's time, each round priced at ``round_ms`` of its kind."""
         return sum(n * round_ms[kind] for kind, n in self.round_kinds.items()) / 1e3
 
 
-def replay(prompt: list[int], reference: list[int], family: Family, tokenizer: Any, costs: CostModel,
-           ahead: bool, kept: float, probes: str = "wait", stream_id: str = "") -> Replay:
-    """Replay ``reference`` (a reply to ``prompt``) round by round; see the module docstring."""
-    s = Stream.start(Request(prompt_tokens=tuple(prompt), max_tokens=len(reference) + 1), list(prompt), family,
-                     tokenizer)
-    out = Replay(stream_id, len(reference))
+def replay(prompts: list[list[int]], references: list[list[int]], family: Family, tokenizer: Any,
+           costs: CostModel, ahead: bool, kept: float | None = None, probes: str = "wait",
+           ids: list[str] | None = None) -> Run:
+    """Replay ``references`` (replies to ``prompts``) in shared rounds, as a run of that many streams
+    does; see the module docstring. ``kept``: what a round run ahead takes (default the cost model's
+    draft-free pass at the round's batch)."""
+    streams = [Stream.start(Request(prompt_tokens=tuple(p), max_tokens=len(ref) + 1), list(p), family, tokenizer)
+               for p, ref in zip(prompts, references, strict=True)]
+    run = Run([Replay(sid, len(ref)) for sid, ref in zip(ids or [""] * len(streams), references, strict=True)])
+    active = [i for i, ref in enumerate(references) if ref]
     pending = False  # a pass run ahead is on the device
-    while len(s.output) < len(reference):
-        s.rates.tick()
-        pos = len(s.output)
-        w = s.propose(None, None)
-        rows = 0
-        if w is not None:
-            probe = s.own_rates and s.rates.probe_due(w.rate_key)
-            rate, first = s.price(w)
-            dropping = costs.cost(1, 1) if pending else 0.0
-            may_drop = probes == "drop" or (probes == "after-copy" and out.copied > 0)
-            offer = Offer(0, rate, len(w.tokens), probe, first)
-            rows = allocate([offer], 1, partial(costs.cost, keys=0), costs.overhead,
-                            min_row_value=family.min_row_value, keep_seconds=kept if ahead else None,
-                            dropping=dropping).rows[0]
-            if probe and may_drop and rows == 0:  # the probe's one row, as the allocator gives it with nothing to drop
-                rows = 1
-        drafts = list(w.tokens[:rows]) if w is not None else []
-        accepted = 0
-        while accepted < len(drafts) and pos + accepted < len(reference) and drafts[accepted] == reference[pos + accepted]:
-            accepted += 1
-        if w is not None and rows:
-            s.record_window(w, rows, accepted)
-            out.kinds[f"drafted {w.rate_key}"] += 1
-        elif w is not None:
-            out.kinds[f"priced out {w.rate_key}"] += 1
-            out.kinds[f"would land {w.rate_key}"] += pos < len(reference) and w.tokens[0] == reference[pos]
-        nxt = reference[pos + accepted : pos + accepted + 1]  # none when the drafts reached the end
-        s.accept([*drafts[:accepted], *nxt], [*(["context"] * accepted), *(["model"] * len(nxt))])
-        out.rounds += 1
-        out.copied += accepted
+    while active:
+        batch = len(active)
+        windows, offers, probing = [], [], []
+        for j, i in enumerate(active):
+            s = streams[i]
+            s.rates.tick()
+            w = s.propose(None, None)
+            windows.append(w)
+            if w is not None:
+                probe = s.own_rates and s.rates.probe_due(w.rate_key)
+                rate, first = s.price(w)
+                offers.append(Offer(j, rate, len(w.tokens), probe, first))
+                if probe and (probes == "drop" or (probes == "after-copy" and run.streams[i].copied > 0)):
+                    probing.append(j)
+        rows = [0] * batch
+        if offers:
+            rows = list(allocate(offers, batch, partial(costs.cost, keys=0), costs.overhead,
+                                 min_row_value=family.min_row_value,
+                                 keep_seconds=(kept or costs.cost(batch, 1)) if ahead else None,
+                                 dropping=costs.cost(batch, 1) if pending else 0.0).rows)
+        for j in probing:  # the probe's one row, as the allocator gives it with nothing to drop
+            rows[j] = max(rows[j], 1)
+        for j, i in enumerate(active):
+            s, out, w, reference = streams[i], run.streams[i], windows[j], references[i]
+            pos = len(s.output)
+            drafts = list(w.tokens[: rows[j]]) if w is not None else []
+            accepted = 0
+            while (accepted < len(drafts) and pos + accepted < len(reference)
+                   and drafts[accepted] == reference[pos + accepted]):
+                accepted += 1
+            if w is not None and rows[j]:
+                s.record_window(w, rows[j], accepted)
+                out.kinds[f"drafted {w.rate_key}"] += 1
+            elif w is not None:
+                out.kinds[f"priced out {w.rate_key}"] += 1
+                out.kinds[f"would land {w.rate_key}"] += pos < len(reference) and w.tokens[0] == reference[pos]
+            nxt = reference[pos + accepted : pos + accepted + 1]  # none when the drafts reached the end
+            s.accept([*drafts[:accepted], *nxt], [*(["context"] * accepted), *(["model"] * len(nxt))])
+            out.rounds += 1
+            out.copied += accepted
         if ahead:
-            out.round_kinds[("dropped" if pending else "draft") if rows else ("ahead" if pending else "sync")] += 1
-        pending = ahead and rows == 0
-    return out
+            drafting = any(rows)
+            run.round_kinds[("dropped" if pending else "draft") if drafting else ("ahead" if pending else "sync")] += 1
+        pending = ahead and not any(rows)
+        active = [i for i in active if len(streams[i].output) < len(references[i])]
+    return run
 
 
 def main() -> None:
@@ -109,6 +137,8 @@ def main() -> None:
     ap.add_argument("--kept-ms", type=float, default=None)
     ap.add_argument("--probes", choices=("wait", "drop", "after-copy"), default="wait",
                     help="with --ahead, whether a due probe may drop a pass run ahead")
+    ap.add_argument("--together", action="store_true",
+                    help="the streams in shared rounds, as the result's run had them (default: each alone)")
     ap.add_argument("--round-ms", type=_round_ms, default=None,
                     help="with --ahead, milliseconds per round kind, e.g. ahead=5.9,sync=14.3,draft=10.3,dropped=12.4")
     args = ap.parse_args()
@@ -119,21 +149,22 @@ def main() -> None:
     items = load_workload(Path(result["workload"]))
     prompts = dict(zip((it.id for it in items), prompts_for(loaded, items), strict=True))
     costs = CostModel.from_snapshot({k: v / 1e3 for k, v in result["costs_ms"].items()})
-    kept = args.kept_ms / 1e3 if args.kept_ms is not None else costs.cost(1, 1)
+    kept = args.kept_ms / 1e3 if args.kept_ms is not None else None
     references = {s["id"]: s["tokens"] for cell in result["cells"].values() for r in cell["rounds"][:1]
                   for s in r["streams"] if s["equal"]}
-    for sid, reference in references.items():
-        base = sid.split("#")[0]
-        if args.stream not in (None, sid) or base not in prompts:
-            continue
-        r = replay(prompts[base], reference, loaded.family, loaded.tokenizer, costs, args.ahead, kept,
-                   args.probes, sid)
-        kinds = ", ".join(f"{k} {n}" for k, n in sorted(r.kinds.items()))
+    chosen = [(sid, ref) for sid, ref in references.items()
+              if args.stream in (None, sid) and sid.split("#")[0] in prompts]
+    groups = [chosen] if args.together else [[c] for c in chosen]
+    for group in groups:
+        r = replay([prompts[sid.split("#")[0]] for sid, _ in group], [ref for _, ref in group], loaded.family,
+                   loaded.tokenizer, costs, args.ahead, kept, args.probes, [sid for sid, _ in group])
+        for s in r.streams:
+            kinds = ", ".join(f"{k} {n}" for k, n in sorted(s.kinds.items()))
+            print(f"{s.stream}: {s.tokens} tokens in {s.rounds} rounds, {s.copied} copied; {kinds}")
         rounds = ", ".join(f"{k} {r.round_kinds[k]}" for k in ROUND_KINDS if r.round_kinds[k])
-        timed = f" ~{1e3 * r.seconds(args.round_ms):.0f} ms" if args.round_ms else ""
-        print(f"{sid}: {r.tokens} tokens in {r.rounds} rounds{f' ({rounds})' if rounds else ''}{timed}, "
-              f"{r.copied} copied; {kinds}")
-
+        if rounds:
+            timed = f", ~{1e3 * r.seconds(args.round_ms):.0f} ms" if args.round_ms else ""
+            print(f"  {'shared ' if len(group) > 1 else ''}rounds: {rounds}{timed}")
 
 ROUND_KINDS = ("ahead", "sync", "draft", "dropped")
 

@@ -90,16 +90,25 @@ def test_draft_replay_copies_a_reply_that_repeats_its_prompt(loaded) -> None:
     prompt = list(tok.encode(f"Repeat this: {text}"))
     reference = list(tok.encode(f"Sure: {text} Done."))
     costs = CostModel({(1, 1): 0.007, (1, 8): 0.0075, (4, 1): 0.009, (4, 8): 0.0095})
+    replay = _load("draft_replay").replay
     for ahead in (False, True):
-        r = _load("draft_replay").replay(prompt, reference, loaded.family, tok, costs, ahead, 0.007)
+        run = replay([prompt], [reference], loaded.family, tok, costs, ahead, 0.007)
+        (r,) = run.streams
         assert r.rounds + r.copied == len(reference)
         assert r.copied >= len(reference) // 2, r
         # An accelerator's rounds sorted as round_trace sorts real ones, and priced by kind.
-        assert sum(r.round_kinds.values()) == (r.rounds if ahead else 0)
+        assert sum(run.round_kinds.values()) == (r.rounds if ahead else 0)
         if ahead:
-            assert r.round_kinds["draft"] + r.round_kinds["dropped"] >= 1 and r.round_kinds["sync"] >= 1
+            assert run.round_kinds["draft"] + run.round_kinds["dropped"] >= 1 and run.round_kinds["sync"] >= 1
             ms = {"ahead": 1.0, "sync": 10.0, "draft": 100.0, "dropped": 1000.0}
-            assert r.seconds(ms) == pytest.approx(sum(n * ms[k] for k, n in r.round_kinds.items()) / 1e3)
+            assert run.seconds(ms) == pytest.approx(sum(n * ms[k] for k, n in run.round_kinds.items()) / 1e3)
+    # Beside a stream that never copies, the same reply in shared rounds: each stream's own tokens, and
+    # the run's rounds those of the longer reply (a round drafts when either stream does).
+    other = list(tok.encode("A short answer that repeats nothing from the question at all."))
+    both = replay([prompt, prompt], [reference, other], loaded.family, tok, costs, True, 0.007)
+    assert [s.rounds + s.copied for s in both.streams] == [len(reference), len(other)]
+    assert both.streams[1].copied == 0
+    assert sum(both.round_kinds.values()) == max(s.rounds for s in both.streams)
 
 
 def test_draft_replay_reads_a_bench_result() -> None:
@@ -111,7 +120,11 @@ def test_draft_replay_reads_a_bench_result() -> None:
     timed = subprocess.run([sys.executable, "scripts/draft_replay.py", "docs/bench/gpu-1-copy-heavy.json", "--ahead",
                             "--round-ms", "ahead=5,sync=14,draft=10,dropped=12"], cwd=root, capture_output=True,
                            text=True, timeout=300)
-    assert timed.returncode == 0 and " ms, " in timed.stdout and "(ahead " in timed.stdout, timed.stderr[-2000:]
+    assert timed.returncode == 0 and "  rounds: ahead " in timed.stdout and timed.stdout.endswith(" ms\n"), timed.stderr[-2000:]
+    together = subprocess.run([sys.executable, "scripts/draft_replay.py", "docs/bench/gpu-copy-heavy.json", "--ahead",
+                               "--together"], cwd=root, capture_output=True, text=True, timeout=300)
+    assert together.returncode == 0 and together.stdout.count(" tokens in ") == 4, together.stderr[-2000:]
+    assert together.stdout.count("shared rounds: ") == 1
     for bad in (["--round-ms", "ahead=5,sync=14,draft=10,dropped=12"], ["--ahead", "--round-ms", "ahead=5"]):
         refused = subprocess.run([sys.executable, "scripts/draft_replay.py", "docs/bench/gpu-1-copy-heavy.json", *bad],
                                  cwd=root, capture_output=True, text=True, timeout=300)
