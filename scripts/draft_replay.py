@@ -122,11 +122,24 @@ def replay(prompts: list[list[int]], references: list[list[int]], family: Family
             out.rounds += 1
             out.copied += accepted
         if ahead:
-            drafting = any(rows)
-            run.round_kinds[("dropped" if pending else "draft") if drafting else ("ahead" if pending else "sync")] += 1
+            run.round_kinds[("dropped" if pending else "draft") if any(rows) else ("ahead" if pending else "sync")] += 1
         pending = ahead and not any(rows)
         active = [i for i in active if len(streams[i].output) < len(references[i])]
     return run
+
+
+ROUND_KINDS = ("ahead", "sync", "draft", "dropped")
+
+
+def _round_ms(text: str) -> dict[str, float]:
+    """``ahead=5.9,sync=14.3,draft=10.3,dropped=12.4`` -> milliseconds by round kind (all four)."""
+    try:
+        out = {k.strip(): float(v) for k, v in (part.split("=") for part in text.split(","))}
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{text!r}: want kind=ms pairs, e.g. ahead=5.9,sync=14.3,...") from exc
+    if set(out) != set(ROUND_KINDS):
+        raise argparse.ArgumentTypeError(f"{text!r}: give ms for each of {', '.join(ROUND_KINDS)}")
+    return out
 
 
 def main() -> None:
@@ -134,7 +147,7 @@ def main() -> None:
     ap.add_argument("result", type=Path, help="a `lanes bench --json` result")
     ap.add_argument("--stream", default=None, help="only this stream (a workload line's id)")
     ap.add_argument("--ahead", action="store_true", help="an accelerator's rounds (see the module docstring)")
-    ap.add_argument("--kept-ms", type=float, default=None)
+    ap.add_argument("--kept-ms", type=float, default=None, help="what a round run ahead takes (module docstring)")
     ap.add_argument("--probes", choices=("wait", "drop", "after-copy"), default="wait",
                     help="with --ahead, whether a due probe may drop a pass run ahead")
     ap.add_argument("--together", action="store_true",
@@ -165,19 +178,6 @@ def main() -> None:
         if rounds:
             timed = f", ~{1e3 * r.seconds(args.round_ms):.0f} ms" if args.round_ms else ""
             print(f"  {'shared ' if len(group) > 1 else ''}rounds: {rounds}{timed}")
-
-ROUND_KINDS = ("ahead", "sync", "draft", "dropped")
-
-
-def _round_ms(text: str) -> dict[str, float]:
-    """``ahead=5.9,sync=14.3,draft=10.3,dropped=12.4`` -> milliseconds by round kind (all four)."""
-    try:
-        out = {k.strip(): float(v) for k, v in (part.split("=") for part in text.split(","))}
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"{text!r}: want kind=ms pairs, e.g. ahead=5.9,sync=14.3,...") from exc
-    if set(out) != set(ROUND_KINDS):
-        raise argparse.ArgumentTypeError(f"{text!r}: give ms for each of {', '.join(ROUND_KINDS)}")
-    return out
 
 
 if __name__ == "__main__":

@@ -14,9 +14,9 @@ milliseconds; with several cells, each cell's ratio to the first per repeat (cel
 one unmeasured run of each: the first run of a shape compiles its kernels on a GPU). The JSON
 holds each run's summary, with what the allocator expected its drafting rounds to gain and cost.
 ``--temperature`` samples every reply (seeded by its place in the workload, so every cell and repeat
-writes the same replies), top-p ``--top-p``; cells ``mlx-lm`` and ``mlx-lm-batch`` then time mlx-lm's
-``stream_generate`` (one reply after another) or ``batch_generate`` with its sampler at those settings. ``--accelerator`` runs a GPU's round logic (passes that speculate ahead) on any device, to try the
-paths on a CPU. What it measured on the H200 is in docs/engine.md ("What happens in a round", item 7).
+writes the same replies), top-p ``--top-p``; cells ``mlx-lm`` and ``mlx-lm-batch`` then time mlx-lm
+with its own sampler at those settings, as ``lanes bench --temperature`` does. ``--accelerator`` runs
+a GPU's round logic (passes that speculate ahead) on any device, to try the paths on a CPU. What it measured on the H200 is in docs/engine.md ("What happens in a round", item 7).
 """
 
 from __future__ import annotations
@@ -96,6 +96,8 @@ def _verify(self: Any, *a: Any) -> Any:
 
 
 def _submit(self: Any, request: Any) -> None:
+    # Sampling set on the requests themselves, so that a base tree's engine (BASE in gpu-bench.sh)
+    # samples the same way without knowing run_lanes's sampling argument.
     if SAMPLING:
         SAMPLING["seed"] += 1
         request = replace(request, **SAMPLING)
@@ -146,22 +148,10 @@ def summarise(rounds: list[dict[str, Any]]) -> dict[str, Any]:
 
 def mlx_lm_tok_s(loaded: Any, items: Any, batch: bool) -> float:
     """mlx-lm's own generation of the workload with its sampler at SAMPLING's settings: tokens a second."""
-    import mlx.core as mx
-    from mlx_lm import batch_generate, stream_generate
-    from mlx_lm.sample_utils import make_sampler
+    from engine.bench.runner import Sampling, run_mlx_lm, run_mlx_lm_batch  # this tree's runner: not a base's
 
-    sampler = make_sampler(SAMPLING["temperature"], SAMPLING["top_p"])
-    prompts = prompts_for(loaded, items)
-    mx.random.seed(0)
-    t0 = time.perf_counter()
-    if batch:
-        res = batch_generate(loaded.model, loaded.tokenizer, prompts, max_tokens=[it.max_tokens for it in items],
-                             return_token_ids=True, sampler=sampler)
-        tokens = sum(len(t) for t in res.token_ids or [])
-    else:
-        tokens = sum(1 for it, p in zip(items, prompts, strict=True)
-                     for _ in stream_generate(loaded.model, loaded.tokenizer, p, max_tokens=it.max_tokens, sampler=sampler))
-    return tokens / (time.perf_counter() - t0)
+    sampling = Sampling(SAMPLING["temperature"], SAMPLING["top_p"])
+    return (run_mlx_lm_batch if batch else run_mlx_lm)(loaded, items, prompts_for(loaded, items), sampling).tok_s
 
 
 def main() -> None:

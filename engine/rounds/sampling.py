@@ -43,8 +43,7 @@ def sample_rows(logits: mx.array, keys: mx.array, temperature: float, top_p: flo
 def draw(keys: mx.array, logits: mx.array, position: int, temperature: float, top_p: float) -> mx.array:
     """A stream's draws for rows ``logits`` [rows, vocab] at output positions ``position`` on (int32
     [rows]); rows past its last key (padding, never kept) reuse that key."""
-    last = keys.shape[0] - 1
-    at = mx.array([min(position + j, last) for j in range(logits.shape[0])], dtype=mx.int32)
+    at = mx.minimum(mx.arange(position, position + logits.shape[0], dtype=mx.int32), keys.shape[0] - 1)
     return sample_rows(logits, keys[at], temperature, top_p)
 
 
