@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import random
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,7 @@ from engine.errors import ModelLoadError
 from engine.events import Event, Failed, Finished, Request
 from engine.model import made_models
 from engine.model.loading import LoadedModel, load_model
+from engine.passes.choice import accelerator
 from engine.rounds.scheduler import Scheduler
 from engine.rounds.stream import Stream
 from tests import prompts
@@ -91,11 +93,16 @@ def test_each_family_loads_with_its_cache_kinds(tiny: LoadedModel, monkeypatch, 
     assert cached.path == snapshot and cached.kinds == tiny.kinds
 
 
-@pytest.mark.parametrize("seed", [1, 2])
-def test_greedy_equals_mlx_lm_under_adversarial_drafts(tiny: LoadedModel, monkeypatch, seed: int) -> None:
+@pytest.mark.parametrize(("seed", "accelerated"), [(1, False), (2, False), (1, True)])
+def test_greedy_equals_mlx_lm_under_adversarial_drafts(tiny: LoadedModel, monkeypatch, seed: int,
+                                                       accelerated: bool) -> None:
     """Windows of every source, right, half right and wrong, granted at random; streams join while
     others run, one is cancelled mid-reply and one fails in its verification: every other stream
-    equals mlx-lm, and each one's caches hold exactly its accepted tokens after every round."""
+    equals mlx-lm, and each one's caches hold exactly its accepted tokens after every round.
+    ``accelerated``: with a GPU's passes (run ahead, compiled where no layer is recurrent)."""
+    if accelerated:
+        tiny = replace(tiny, passes=accelerator(tiny.model, tiny.kinds))
+        assert (tiny.passes.compiled is None) == any(k.recurrent for k in tiny.kinds)
     rng = random.Random(seed)
     texts = [prompts.COPY, prompts.FRANCE, prompts.CODE, prompts.OPEN, prompts.TYPOS]
     rng.shuffle(texts)

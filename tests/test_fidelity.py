@@ -14,7 +14,7 @@ from engine.drafts.context_cost import NO_CONTEXT_COST, ContextCost
 from engine.drafts.copy_index import Window
 from engine.drafts.cost_model import CostModel
 from engine.events import Event, Finished, Request
-from engine.passes.choice import ACCELERATOR, GENERIC
+from engine.passes.choice import ACCELERATOR, GENERIC, accelerator
 from engine.rounds.scheduler import Scheduler
 from engine.rounds.stream import Stream
 from tests import prompts
@@ -62,13 +62,14 @@ def random_allocator(rng: random.Random):
     return allocate
 
 
-@pytest.mark.parametrize("mode", ["host", "grouped", "padded", "ahead"])
+@pytest.mark.parametrize("mode", ["host", "grouped", "padded", "ahead", "compiled"])
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_greedy_equals_mlx_lm_under_adversarial_drafts(loaded, reference, chat_prompt, monkeypatch, seed, mode) -> None:
     """Host: rounds without a prompt chunk run on numpy (engine.passes.numpy_pass), the CPU's default.
     Grouped: every round of several rows runs as a grouped pass (a llama numpy's pass does not know).
     Padded: the generic pass, every round padded to its widest stream (run ahead where nothing can draft).
-    Ahead: a GPU's passes, every draft-free round's successor run ahead and dropped when it drafts."""
+    Ahead: a GPU's passes, every draft-free round's successor run ahead and dropped when it drafts.
+    Compiled: the same, the padded passes compiled over lanes of fixed shapes, as a GPU runs them."""
     grouped = mode == "grouped"
     rng = random.Random(seed)
     monkeypatch.setattr(CostModel, "groups_pay", lambda self, b, w, k, keys=0: grouped and k is not None and 0 < k < b and w > 1)
@@ -81,7 +82,7 @@ def test_greedy_equals_mlx_lm_under_adversarial_drafts(loaded, reference, chat_p
 
     assert loaded.passes.numpy_pass is not None  # the CPU's default
     passes = {"host": loaded.passes, "grouped": replace(loaded.passes, numpy_pass=None), "padded": GENERIC,
-              "ahead": ACCELERATOR}[mode]
+              "ahead": ACCELERATOR, "compiled": accelerator(loaded.model, loaded.kinds)}[mode]
     events: list[Event] = []
     sched = Scheduler(replace(loaded, passes=passes), events.append)
     pending = []

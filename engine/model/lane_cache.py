@@ -71,14 +71,14 @@ class LayerView:
         # Per-row rotary positions: each stream's rows start at its own length. A lone stream's is
         # a number, as in mlx-lm's own cache (one rope call with fewer inputs, on every layer).
         lanes = self._lanes
-        return lanes.lengths[0] if lanes.batch == 1 else lanes.offsets
+        return lanes.lengths[0] if lanes.batch == 1 and not lanes.fixed else lanes.offsets
 
     def update_and_fetch(self, keys: mx.array, values: mx.array) -> tuple[mx.array, mx.array]:
         return self._lanes.write(self._layer, keys, values)
 
     def make_mask(self, n: int, return_array: bool = False, window_size: int | None = None) -> mx.array | None:
         window = window_size or self._lanes.kinds[self._layer].window
-        if n == 1 and not return_array and self._lanes.alone_within(window):
+        if n == 1 and not return_array and not self._lanes.fixed and self._lanes.alone_within(window):
             return None  # what mlx-lm's cache gives one query row: nothing to hide, so no mask to apply
         return self._lanes.mask(n, window)
 
@@ -128,9 +128,13 @@ class LaneCache:
     """Cache storage for every active stream, with a length per row.
 
     ``kinds``: one ``LayerKind`` per cached layer (``engine.model.cache_kinds``), or a layer count for a
-    model of plain attention layers only."""
+    model of plain attention layers only. ``fixed``: a draft-free round (one row per stream) of
+    several streams has a graph that depends on its shapes alone (``place``), as a compiled pass
+    needs (``engine.passes.compiled``); a lone stream keeps mlx-lm's own cache's graph, which has
+    fewer kernels, and a drafting round the graph of its own width."""
 
-    def __init__(self, kinds: int | list[LayerKind]) -> None:
+    def __init__(self, kinds: int | list[LayerKind], fixed: bool = False) -> None:
+        self._fixed = fixed
         self.kinds = [LayerKind()] * kinds if isinstance(kinds, int) else list(kinds)
         self.n_layers = n_layers = len(self.kinds)
         self.keys: list[mx.array | None] = [None] * n_layers
@@ -157,6 +161,11 @@ class LaneCache:
         return len(self.lengths)
 
     @property
+    def fixed(self) -> bool:
+        """Whether this round's shapes alone decide its graph (see the class docstring)."""
+        return self._fixed and self._width == 1 and len(self.lengths) > 1
+
+    @property
     def capacity(self) -> int:
         k = next((k for k in self.keys if k is not None), None)
         return 0 if k is None else k.shape[2]
@@ -170,14 +179,26 @@ class LaneCache:
         """Prepare for a forward pass of ``width`` query rows per stream, of which row i's first
         ``real[i]`` are real (the rest pad it; by default all are real)."""
         self._reserve(width)
-        everyone = self._group(tuple(range(self.batch)), width)
-        self._offsets, self._mask = everyone.offsets, everyone.mask  # mask: [batch, 1, width, keys]
+        if self.fixed:
+            self.place(mx.array(self.lengths, dtype=mx.int32))
+        else:
+            everyone = self._group(tuple(range(self.batch)), width)
+            self._offsets, self._mask = everyone.offsets, everyone.mask  # mask: [batch, 1, width, keys]
         self._real = list(real) if real is not None else [width] * self.batch
         self._kept = list(self._real)
         if self.recurrent:
             self._before = [list(s) for s in self.states]
             if any(r < width for r in self._real):
                 self.state_lengths = mx.array(self._real, dtype=mx.int32)
+
+    def place(self, offsets: mx.array) -> None:
+        """With ``fixed`` shapes: this round's rows start at ``offsets`` (each stream's length, an
+        array, which a compiled pass takes as an input); every stream attends the whole capacity,
+        masked, and writes by one scatter, so no Python number of the lengths enters the graph."""
+        query = mx.arange(self._width, dtype=mx.int32)[None, None, :, None]
+        keypos = mx.arange(self.capacity, dtype=mx.int32)[None, None, None, :]
+        self._offsets, self._mask = offsets, keypos <= offsets[:, None, None, None] + query
+        self._masks, self._scatter = {}, {}
 
     def begin_grouped(self, widths: Sequence[int]) -> list[Group]:
         """Prepare a round where row i has ``widths[i]`` query rows (see the module docstring)."""
@@ -240,7 +261,7 @@ class LaneCache:
         assert kbuf is not None and vbuf is not None
         width = keys.shape[2]
         at = {self.lengths[r] for r in rows}
-        if len(rows) == self.batch and len(at) == 1:  # one block write when every row is as long
+        if len(rows) == self.batch and len(at) == 1 and not self.fixed:  # one block write when every row is as long
             (start,) = at
             kbuf[:, :, start : start + width, :] = keys
             vbuf[:, :, start : start + width, :] = values
@@ -256,7 +277,7 @@ class LaneCache:
         ``lengths[rows[i]] ..`` ``+ width - 1``."""
         key = (rows, heads, width)
         if key not in self._scatter:
-            at = mx.array([self.lengths[r] for r in rows], dtype=mx.int32)
+            at = self.offsets if self.fixed else mx.array([self.lengths[r] for r in rows], dtype=mx.int32)
             self._scatter[key] = (mx.array(rows, dtype=mx.int32)[:, None, None],
                                   mx.arange(heads, dtype=mx.int32)[None, :, None],
                                   (at[:, None] + mx.arange(width, dtype=mx.int32)[None])[:, None, :])
@@ -288,6 +309,8 @@ class LaneCache:
 
     def write(self, layer: int, keys: mx.array, values: mx.array) -> tuple[mx.array, mx.array]:
         kbuf, vbuf = self._put(layer, range(self.batch), keys, values)
+        if self.fixed:
+            return kbuf, vbuf
         end = max(self.lengths) + keys.shape[2]
         return kbuf[:, :, :end, :], vbuf[:, :, :end, :]
 

@@ -91,7 +91,7 @@ def load_model(spec: str | None = None) -> LoadedModel:
         context_length=ctx,
         device=device,
         kinds=tuple(kinds),
-        passes=choose(model, device),
+        passes=choose(model, device, kinds),
         warnings=tuple(warnings),
     )
 

@@ -18,7 +18,8 @@ is as dear, so the generic pass there runs every draft-free round's successor ah
 whether it will draft (``speculate_ahead``; ``engine.rounds.run_ahead``): the device computes while
 the host verifies, and the allocator prices dropping that pass against keeping it. On the CPU the
 dropped pass would be compute taken from the next one, so the CPU runs ahead only when no stream can
-draft next round.
+draft next round. There the model's graph is also compiled for rounds of several streams
+(``engine.passes.compiled``), unless a layer is recurrent.
 
 Nothing else chooses: the scheduler reads ``LoadedModel.passes``; a test or a benchmark that wants
 another choice loads the model with it (``dataclasses.replace(loaded, passes=GENERIC)``).
@@ -33,8 +34,9 @@ from typing import Any
 import mlx.core as mx
 import mlx.nn as nn
 
-from engine.model.cache_kinds import cache_arrays
+from engine.model.cache_kinds import LayerKind, cache_arrays
 from engine.model.lane_cache import LaneCache
+from engine.passes.compiled import CompiledPass
 from engine.passes.grouped import ROW_MULTIPLE, Chunk, supports_grouped
 from engine.passes.grouped import prefill as grouped_prefill
 from engine.passes.numpy_pass import HostPass, supports_host
@@ -50,6 +52,11 @@ class RoundPasses:
     numpy_pass: HostPass | None = None  # rounds without a chunk computed by numpy
     row_multiple: int = 1  # flattened rows of a grouped pass padded to a multiple of this
     speculate_ahead: bool = False  # run a draft-free round's successor ahead even if it may draft
+    compiled: CompiledPass | None = None  # padded passes compiled, over lanes of fixed shapes
+
+    def lanes(self, kinds: Sequence[LayerKind]) -> LaneCache:
+        """Empty lanes for these passes (of fixed shapes where the padded pass is compiled)."""
+        return LaneCache(list(kinds), fixed=self.compiled is not None)
 
     def prefill(self, model: nn.Module, tokens: Sequence[int], caches: Sequence[Any]) -> None:
         """Append ``tokens`` to one stream's ``caches``: the transformer body only (prefill needs
@@ -63,7 +70,9 @@ class RoundPasses:
 
     def padded(self, model: nn.Module, lanes: LaneCache, tokens: mx.array) -> mx.array:
         """A padded pass's logits (after ``lanes.begin_round``): mlx-lm's model, or its arithmetic with
-        the rotary table made once (``engine.passes.padded``)."""
+        the rotary table made once (``engine.passes.padded``), or compiled (``engine.passes.compiled``)."""
+        if self.compiled is not None:
+            return self.compiled(lanes, tokens)
         if self.rope_table:
             return padded_logits(model, lanes, tokens)
         return model(tokens, cache=lanes.views)
@@ -79,10 +88,18 @@ def llama_cpu(model: nn.Module) -> RoundPasses:
                        numpy_pass=HostPass(model) if supports_host(model) else None, row_multiple=ROW_MULTIPLE)
 
 
-def choose(model: nn.Module, device: str) -> RoundPasses:
-    """The passes for ``model`` on ``device`` ("cpu" or "gpu")."""
-    if device != "cpu":
+def accelerator(model: nn.Module, kinds: Sequence[LayerKind]) -> RoundPasses:
+    """An accelerator's passes: run ahead, and compiled unless a layer is recurrent (its state is
+    Python's: ``engine.passes.compiled``)."""
+    if any(k.recurrent for k in kinds):
         return ACCELERATOR
+    return RoundPasses("compiled-ahead", speculate_ahead=True, compiled=CompiledPass(model))
+
+
+def choose(model: nn.Module, device: str, kinds: Sequence[LayerKind]) -> RoundPasses:
+    """The passes for ``model`` (whose cached layers are ``kinds``) on ``device`` ("cpu" or "gpu")."""
+    if device != "cpu":
+        return accelerator(model, kinds)
     return llama_cpu(model) if supports_grouped(model) else GENERIC
 
 

@@ -23,7 +23,6 @@ from engine.drafts.cost_model import (
     LONG_CALIBRATION_KEYS,
 )
 from engine.model.cache_kinds import cache_arrays, length_of, make_caches
-from engine.model.lane_cache import LaneCache
 from engine.passes.grouped import grouped_logits
 
 if TYPE_CHECKING:
@@ -71,7 +70,7 @@ def _filler_context(sched: Scheduler, keys: int) -> list[Any]:
 
 def _time_pass(sched: Scheduler, context: list[Any], widths: list[int], grouped: bool, repeats: int) -> float:
     """Best of ``repeats`` timings of one pass, every stream holding the filler ``context``."""
-    lanes = LaneCache(list(sched.loaded.kinds))
+    lanes = sched.passes.lanes(sched.loaded.kinds)
     for _ in widths:
         lanes.add(context, length_of(context) or CALIBRATION_KEYS)
     width = max(widths)

@@ -38,7 +38,6 @@ from engine.events import (
 from engine.model import blas_threads
 from engine.model.cache_kinds import cache_arrays, make_caches
 from engine.model.chat_template import Rendered
-from engine.model.lane_cache import LaneCache
 from engine.model.loading import LoadedModel
 from engine.model.memory_limits import (
     MemoryLimits,
@@ -94,7 +93,7 @@ class Scheduler:
         self.admission = Admission(loaded, self.limits)
         self.conversations = (conversations if conversations is not None
                               else ConversationCache(self.limits.conversation_cache_bytes))
-        self.lanes = LaneCache(list(loaded.kinds))
+        self.lanes = passes.lanes(loaded.kinds)
         self.active: list[Stream] = []  # row i of self.lanes is self.active[i]
         self.joining: list[Joining] = []
         # Admitted in order once streams and KV memory have room, each with its prompt rendered once.
@@ -170,7 +169,7 @@ class Scheduler:
     def reset(self) -> None:
         """Forget every stream (after a fault outside any one of them)."""
         self.active, self.joining, self.waiting, self.ahead = [], [], [], None
-        self.lanes = LaneCache(list(self.loaded.kinds))
+        self.lanes = self.passes.lanes(self.loaded.kinds)
 
     @property
     def busy(self) -> bool:

@@ -1,0 +1,109 @@
+"""The compiled pass (engine/passes/compiled.py): traced once per shape, replayed with each round's
+lengths, and bit for bit the uncompiled pass over the same fixed-shape lanes."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import mlx.core as mx
+import pytest
+from mlx_lm.models.cache import KVCache
+
+from engine.bench.cell_specs import parse_cell
+from engine.bench.runner import cell_passes
+from engine.model.lane_cache import LaneCache
+from engine.passes.choice import GENERIC, accelerator
+from engine.passes.compiled import CompiledPass
+
+pytestmark = pytest.mark.model
+
+# Three streams just short of the first 256 positions, so the buffers grow during the rounds.
+LENGTHS = (250, 241, 233)
+# Each round's width: draft-free rounds, a drafting round, draft-free again (the shape seen before).
+WIDTHS = (1, 1, 3, 1, 1, 1, 2, 1, 1, 1, 1)
+
+
+def _lanes(loaded, fixed: bool) -> LaneCache:
+    lanes = LaneCache(list(loaded.kinds), fixed=fixed)
+    for n in LENGTHS:
+        caches = [KVCache() for _ in range(loaded.n_layers)]
+        loaded.model((mx.arange(n, dtype=mx.int32)[None] * 7) % 5000, cache=caches)
+        mx.eval([c.keys for c in caches])
+        lanes.add(caches)
+    return lanes
+
+
+def _rounds(loaded, lanes: LaneCache, run, leave_at: int | None = None) -> tuple[list[mx.array], set]:
+    """Run ``WIDTHS`` rounds, each stream keeping a different number of rows, its next inputs the
+    last round's choices; the first stream leaves before round ``leave_at``. Returns each round's
+    logits and the shapes (batch, width, capacity) of its fixed-shape rounds."""
+    out, shapes = [], set()
+    tokens = mx.array([[11], [12], [13]], dtype=mx.int32)
+    for i, width in enumerate(WIDTHS):
+        if i == leave_at:
+            lanes.remove(0)
+            tokens = tokens[1:]
+        rows = mx.concatenate([tokens[:, :1]] * width, axis=1)
+        lanes.begin_round(width)
+        if lanes.fixed:
+            shapes.add((lanes.batch, width, lanes.capacity))
+        logits = run(lanes, rows)
+        mx.eval(logits, lanes.keys, lanes.values)
+        out.append(logits)
+        for row in range(lanes.batch):
+            lanes.advance(row, 1 + (row + i) % width)  # each stream keeps its own number of rows
+        lanes.end_round()
+        tokens = mx.argmax(logits[:, -1:], axis=-1).astype(mx.int32)
+    return out, shapes
+
+
+@pytest.mark.parametrize("leave_at", [None, 8])
+def test_replayed_rounds_equal_the_uncompiled_pass(loaded, monkeypatch, leave_at) -> None:
+    """Draft-free rounds of one shape replay the first one's trace with new lengths: every round's
+    logits equal the uncompiled pass's exactly, with drafting rounds (uncompiled, of their own width)
+    between them, a stream leaving and the buffers growing."""
+    calls = []
+    model_call = type(loaded.model).__call__
+    monkeypatch.setattr(type(loaded.model), "__call__", lambda self, *a, **k: calls.append(1) or model_call(self, *a, **k))
+    compiled, lanes = CompiledPass(loaded.model), _lanes(loaded, fixed=True)
+    calls.clear()
+    got, shapes = _rounds(loaded, lanes, compiled, leave_at)
+    traced = len(calls)
+    want, _ = _rounds(loaded, _lanes(loaded, fixed=True), lambda lanes, rows: loaded.model(rows, cache=lanes.views), leave_at)
+    for i, (g, w) in enumerate(zip(got, want, strict=True)):
+        assert mx.array_equal(g, w).item(), f"round {i} differs from the uncompiled pass"
+    # Traced once per shape (batch, capacity), the buffers' growth and a leaving stream's shrinking
+    # included, and replayed otherwise; each drafting round calls the model itself.
+    assert any(cap > 256 for _, _, cap in shapes)
+    drafting = sum(1 for w in WIDTHS if w > 1)
+    assert traced - drafting == len(shapes) < len(WIDTHS) - drafting
+
+
+def test_a_lone_stream_runs_uncompiled_as_mlx_lm_s_cache(loaded) -> None:
+    """One stream: mlx-lm's own graph (a number offset, no mask), the same logits as mlx-lm's cache."""
+    lanes = LaneCache(list(loaded.kinds), fixed=True)
+    caches = [KVCache() for _ in range(loaded.n_layers)]
+    solo = [KVCache() for _ in range(loaded.n_layers)]
+    prompt = mx.array([[5, 6, 7, 8, 9]], dtype=mx.int32)
+    loaded.model(prompt, cache=caches)
+    loaded.model(prompt, cache=solo)
+    lanes.add(caches)
+    assert not lanes.fixed
+    lanes.begin_round(1)
+    assert lanes.views[0].offset == 5 and lanes.views[0].make_mask(1) is None
+    got = CompiledPass(loaded.model)(lanes, mx.array([[10]], dtype=mx.int32))
+    want = loaded.model(mx.array([[10]], dtype=mx.int32), cache=solo)
+    assert mx.array_equal(got, want).item()
+
+
+def test_bench_cells_choose_compiled_or_not(loaded) -> None:
+    """On an accelerator's passes a cell runs compiled unless it says ``compiled=false`` (then the same
+    passes uncompiled, still run ahead), so `lanes bench` measures the two side by side."""
+    gpu = replace(loaded, passes=accelerator(loaded.model, loaded.kinds))
+    assert gpu.passes.compiled is not None and gpu.passes.speculate_ahead
+    assert cell_passes(gpu, parse_cell("plain")) is gpu.passes
+    uncompiled = cell_passes(gpu, parse_cell("plain:compiled=false"))
+    assert uncompiled.compiled is None and uncompiled.speculate_ahead
+    assert cell_passes(gpu, parse_cell("on:generic_pass=true")) is GENERIC
+    assert cell_passes(loaded, parse_cell("on:compiled=false")) is loaded.passes  # the CPU's: nothing compiled
+    assert parse_cell("on:compiled=false").with_settings(loaded.family) == loaded.family  # not a family setting
