@@ -8,7 +8,7 @@ For each stream count it prints, in milliseconds per step:
 
 - ``loop``: the bare decode loop (the last step's argmax fed back on the device, nothing read back),
   through mlx-lm's ``BatchKVCache`` and through a ``LaneCache`` whose rows are as long (one block
-  write) or of different lengths (one scatter): ``build`` is the Python that makes the graph,
+  write) or of different lengths (one scatter), and that last compiled (``engine.passes.compiled``): ``build`` is the Python that makes the graph,
   ``dispatch`` the time ``mx.async_eval`` takes to hand it to the device, ``wall`` the whole step
   once the device keeps pace. ``wall`` well above ``build + dispatch`` means the device is the limit.
 - ``engine``: ``batch_generate`` and the scheduler's plain rounds on the same prompts, with the
@@ -32,6 +32,7 @@ from engine.bench.runner import _calibrated, prompts_for, run_lanes, run_mlx_lm_
 from engine.bench.workloads import at_streams, load_workload
 from engine.model.lane_cache import LaneCache
 from engine.model.loading import LoadedModel, load_model
+from engine.passes.compiled import CompiledPass
 
 PROMPT = 300  # tokens each stream holds before the loop
 
@@ -66,6 +67,7 @@ def bare_loop(loaded: LoadedModel, kind: str, streams: int, steps: int) -> dict[
     """Milliseconds per step of a decode loop that reads nothing back (see the module docstring)."""
     model = loaded.model
     ragged = kind != "lanes-even"
+    compiled = CompiledPass(model) if kind == "lanes-compiled" else None
     lengths = [PROMPT - (7 * i if ragged else 0) for i in range(streams)]
     y = mx.zeros((streams, 1), dtype=mx.int32)
     if kind == "mlx-lm":
@@ -74,7 +76,7 @@ def bare_loop(loaded: LoadedModel, kind: str, streams: int, steps: int) -> dict[
         model(mx.zeros((streams, PROMPT), dtype=mx.int32), cache=caches)
         mx.eval([c.keys for c in caches])
     else:
-        lanes = LaneCache(list(loaded.kinds))
+        lanes = LaneCache(list(loaded.kinds), fixed=compiled is not None)
         for c in _prefilled(loaded, lengths):
             lanes.add(c)
     build = dispatch = 0.0
@@ -85,7 +87,7 @@ def bare_loop(loaded: LoadedModel, kind: str, streams: int, steps: int) -> dict[
             logits = model(y, cache=caches)
         else:
             lanes.begin_round(1)
-            logits = model(y, cache=lanes.views)
+            logits = compiled(lanes, y) if compiled is not None else model(y, cache=lanes.views)
             for row in range(streams):
                 lanes.advance(row, 1)
             lanes.end_round()
@@ -141,7 +143,7 @@ def main() -> None:
     loaded = load_model(args.model)
     print(f"{loaded.name} on {mx.default_device()}, passes {loaded.passes.name}")
     for b in [int(s) for s in args.streams.split(",")]:
-        for kind in ("mlx-lm", "lanes-even", "lanes-ragged"):
+        for kind in ("mlx-lm", "lanes-even", "lanes-ragged", "lanes-compiled"):
             bare_loop(loaded, kind, b, min(20, args.steps))  # compiles the kernels
             r = bare_loop(loaded, kind, b, args.steps)
             print(f"loop {b} {kind:12s} " + " ".join(f"{k} {v:6.2f}" for k, v in r.items()), flush=True)

@@ -13,7 +13,9 @@ entry of ``min_match`` alone. The cell keeps its spec as its name in tables and 
 
 One setting is the engine's, not the family's: ``context_cost=false`` runs the cell with the cost
 model as it was before contexts were priced (every round priced as if at the calibration's 64 keys;
-``engine.drafts.context_cost``), so the two can be compared side by side.
+``engine.drafts.context_cost``), so the two can be compared side by side; so are ``generic_pass=true``
+(the generic pass where the model has faster ones) and ``compiled=false`` (an accelerator's passes
+uncompiled).
 """
 
 from __future__ import annotations
@@ -42,9 +44,10 @@ SETTINGS: Mapping[str, type] = MappingProxyType({
     "brief_match": int,
     "context_cost": bool,
     "generic_pass": bool,
+    "compiled": bool,
 })
 INT_MINIMUM: Mapping[str, int] = MappingProxyType({"brief_match": 0})  # 0 turns it off; others start at 1
-ENGINE_SETTINGS = ("context_cost", "generic_pass")  # not family settings: with_settings leaves them out
+ENGINE_SETTINGS = ("context_cost", "generic_pass", "compiled")  # not family settings: with_settings leaves them out
 _TRUE, _FALSE = ("true", "on", "yes", "1"), ("false", "off", "no", "0")
 
 
@@ -71,6 +74,11 @@ class Cell:
     def generic_pass(self) -> bool:
         """Whether the cell runs the generic pass instead of the model's own choice (engine.passes.choice)."""
         return bool(self.settings.get("generic_pass", False))
+
+    @property
+    def compiled(self) -> bool:
+        """Whether an accelerator's padded passes stay compiled (the default; engine.passes.compiled)."""
+        return bool(self.settings.get("compiled", True))
 
     def with_settings(self, family: Family) -> Family:
         """``family`` with this cell's settings applied (the family itself when there are none)."""

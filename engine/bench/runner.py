@@ -33,7 +33,7 @@ from engine.events import Event, Failed, Finished, Request
 from engine.model import blas_threads, openblas
 from engine.model.loading import LoadedModel
 from engine.model.machine import cpu_model, usable_cores
-from engine.passes.choice import GENERIC
+from engine.passes.choice import ACCELERATOR, GENERIC, RoundPasses
 from engine.rounds.scheduler import Scheduler
 
 
@@ -108,6 +108,15 @@ def run_mlx_lm_batch(loaded: LoadedModel, items: list[WorkItem], prompts: list[l
     return CellRun(time.perf_counter() - t0, {it.id: list(t) for it, t in zip(items, res.token_ids, strict=True)})
 
 
+def cell_passes(loaded: LoadedModel, cell: Cell) -> RoundPasses:
+    """The passes a Lanes cell runs: the model's, the generic pass, or an accelerator's uncompiled."""
+    if cell.generic_pass:
+        return GENERIC
+    if not cell.compiled and loaded.passes.compiled is not None:
+        return ACCELERATOR
+    return loaded.passes
+
+
 def run_lanes(loaded: LoadedModel, items: list[WorkItem], costs: CostModel, cell: Cell,
               sampling: Sampling | None = None) -> CellRun:
     finished: dict[str, Finished] = {}
@@ -122,8 +131,7 @@ def run_lanes(loaded: LoadedModel, items: list[WorkItem], costs: CostModel, cell
 
     costs = copy.deepcopy(costs) if cell.context_cost else costs.at_keys(CALIBRATION_KEYS)
     loaded = replace(loaded, family=cell.with_settings(loaded.family))
-    if cell.generic_pass:
-        loaded = replace(loaded, passes=GENERIC)
+    loaded = replace(loaded, passes=cell_passes(loaded, cell))
     sched = Scheduler(loaded, emit, costs=costs)
     t0 = time.perf_counter()
     for line, it in enumerate(items):
@@ -201,18 +209,21 @@ def run_bench(
     GPU the first run of a shape compiles its kernels); greedy, or sampled (module docstring)."""
     prompts = prompts_for(loaded, items)
     costs = _calibrated(loaded)
-    # Cells on the generic pass are priced by what that pass costs here.
-    generic_costs = _calibrated(replace(loaded, passes=GENERIC)) if any(c.generic_pass for c in cells) else costs
+    # Cells on other passes (generic, uncompiled) are priced by what those passes cost here.
+    passes = {c.spec: cell_passes(loaded, c) for c in cells}
+    by_passes = {p.name: costs if p is loaded.passes else _calibrated(replace(loaded, passes=p))
+                 for p in {p.name: p for p in passes.values()}.values()}
+    costs_of = {spec: by_passes[p.name] for spec, p in passes.items()}
     reference: dict[str, list[int]] | None = None
     results: dict[str, dict[str, Any]] = {c.spec: {"rounds": [], "cell": c} for c in cells}
     for w in range(warmup):
         for cell in cells:
-            run = _run_cell(loaded, items, prompts, generic_costs if cell.generic_pass else costs, cell, sampling)
+            run = _run_cell(loaded, items, prompts, costs_of[cell.spec], cell, sampling)
             progress(f"warm-up {w + 1} {cell.spec}: {run.tok_s:.1f} tok/s")
     for r in range(rounds):
         order = cells[r % len(cells) :] + cells[: r % len(cells)]  # no cell always goes first
         for cell in order:
-            run = _run_cell(loaded, items, prompts, generic_costs if cell.generic_pass else costs, cell, sampling)
+            run = _run_cell(loaded, items, prompts, costs_of[cell.spec], cell, sampling)
             if reference is None and cell.base == ("plain" if sampling else "mlx-lm"):
                 reference = run.tokens
             progress(f"round {r + 1} {cell.spec}: {run.tok_s:.1f} tok/s")
