@@ -194,10 +194,9 @@ class LaneCache:
     def place(self, offsets: mx.array) -> None:
         """With ``fixed`` shapes: this round's rows start at ``offsets`` (each stream's length, an
         array, which a compiled pass takes as an input); every stream attends the whole capacity,
-        masked, and writes by one scatter, so no Python number of the lengths enters the graph."""
-        query = mx.arange(self._width, dtype=mx.int32)[None, None, :, None]
-        keypos = mx.arange(self.capacity, dtype=mx.int32)[None, None, None, :]
-        self._offsets, self._mask = offsets, keypos <= offsets[:, None, None, None] + query
+        masked, and writes by one scatter, so no Python number of the lengths enters the graph.
+        The mask is made when a layer first asks for it: inside the compiled pass, from its input."""
+        self._offsets, self._mask = offsets, None
         self._masks, self._scatter = {}, {}
 
     def begin_grouped(self, widths: Sequence[int]) -> list[Group]:
@@ -291,11 +290,14 @@ class LaneCache:
     def mask(self, n: int, window: int | None = None) -> mx.array:
         """The round's attention mask ``[batch, 1, width, keys]``; with ``window``, keys more than
         ``window - 1`` positions before a query are hidden too (a sliding-window layer)."""
-        assert self._mask is not None and n == self._width, "mask asked for another width"
+        assert self._offsets is not None and n == self._width, "mask asked for another width"
+        if self._mask is None:  # fixed shapes (``place``): every key of the capacity, up to each row's own
+            query = mx.arange(n, dtype=mx.int32)[None, None, :, None]
+            keypos = mx.arange(self.capacity, dtype=mx.int32)[None, None, None, :]
+            self._mask = keypos <= self._offsets[:, None, None, None] + query
         if window is None:
             return self._mask
         if window not in self._masks:
-            assert self._offsets is not None
             end = self._mask.shape[-1]
             query = self._offsets[:, None, None, None] + mx.arange(n, dtype=mx.int32)[None, None, :, None]
             keypos = mx.arange(end, dtype=mx.int32)[None, None, None, :]
