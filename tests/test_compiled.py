@@ -107,3 +107,27 @@ def test_bench_cells_choose_compiled_or_not(loaded) -> None:
     assert cell_passes(gpu, parse_cell("on:generic_pass=true")) is GENERIC
     assert cell_passes(loaded, parse_cell("on:compiled=false")) is loaded.passes  # the CPU's: nothing compiled
     assert parse_cell("on:compiled=false").with_settings(loaded.family) == loaded.family  # not a family setting
+
+
+def test_a_model_that_cannot_be_traced_runs_uncompiled(loaded, monkeypatch, caplog) -> None:
+    """A layer that reads an array's value cannot be traced: the round runs uncompiled instead, with
+    the same logits and a warning, and later rounds do not try again."""
+    model_call = type(loaded.model).__call__
+    reads = []
+
+    def reading(self, inputs, *args, **kwargs):
+        reads.append(mx.max(inputs).item())  # an eval: refused inside a trace
+        return model_call(self, inputs, *args, **kwargs)
+
+    compiled = CompiledPass(loaded.model)
+    got, _ = _rounds(loaded, _lanes(loaded, fixed=True), compiled)  # traced before the patch: works
+    monkeypatch.setattr(type(loaded.model), "__call__", reading)
+    fresh, lanes = CompiledPass(loaded.model), _lanes(loaded, fixed=True)
+    reads.clear()
+    with caplog.at_level("WARNING"):
+        failing, _ = _rounds(loaded, lanes, fresh)
+    assert fresh.failed is not None and compiled.failed is None
+    assert sum("cannot be compiled" in r.getMessage() for r in caplog.records) == 1
+    assert len(reads) == len(WIDTHS)  # after the failed trace every round ran the model itself
+    for g, f in zip(got, failing, strict=True):
+        assert mx.array_equal(g, f).item()

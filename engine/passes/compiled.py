@@ -21,17 +21,22 @@ buffers grow to 768, which traces once more.
 
 A lone stream is not compiled: its uncompiled graph (a number offset, no mask, its own keys, as
 in mlx-lm's cache) has fewer kernels than the masked one, and ran faster on an H200.
-Recurrent layers keep Python state (``StateView``) and are not compiled.
+Recurrent layers keep Python state (``StateView``) and are not compiled. A model whose layers cannot
+be traced (one that reads an array's value in its forward pass) runs uncompiled from its first
+failed trace on, with a warning in the log.
 """
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import mlx.core as mx
 import mlx.nn as nn
 
 from engine.model.lane_cache import LaneCache
+
+log = logging.getLogger(__name__)
 
 
 class CompiledPass:
@@ -40,21 +45,28 @@ class CompiledPass:
 
     def __init__(self, model: nn.Module) -> None:
         self.model = model
+        self.failed: str | None = None  # why tracing this model failed: its rounds then run uncompiled
         self._lanes: LaneCache | None = None
         self._compiled = mx.compile(self._traced)
 
     def __call__(self, lanes: LaneCache, tokens: mx.array) -> mx.array:
-        if not lanes.fixed:  # a lone stream or a drafting round (see the module docstring)
+        if not lanes.fixed or self.failed:  # a lone stream or a drafting round (module docstring)
             return self.model(tokens, cache=lanes.views)
         assert not lanes.recurrent
         self._lanes = lanes
         n = lanes.n_layers
-        offsets = lanes.offsets
+        offsets, keys, values = lanes.offsets, lanes.keys, lanes.values
         try:
-            logits, *buffers = self._compiled(tokens, offsets, *lanes.keys, *lanes.values)
+            logits, *buffers = self._compiled(tokens, offsets, *keys, *values)
+        except Exception as exc:  # e.g. a layer that reads an array's value while it is traced
+            self.failed = f"{type(exc).__name__}: {exc}"
+            log.warning("the model's rounds cannot be compiled (%s); they run uncompiled", self.failed)
+            lanes.keys, lanes.values = keys, values
         finally:
             self._lanes = None
             lanes.place(offsets)  # a trace left its own arrays there
+        if self.failed:
+            return self.model(tokens, cache=lanes.views)
         lanes.keys, lanes.values = list(buffers[:n]), list(buffers[n:])
         return logits
 
