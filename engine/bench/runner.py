@@ -210,10 +210,11 @@ def run_bench(
     prompts = prompts_for(loaded, items)
     costs = _calibrated(loaded)
     # Cells on other passes (generic, uncompiled) are priced by what those passes cost here.
-    passes = {c.spec: cell_passes(loaded, c) for c in cells}
-    by_passes = {p.name: costs if p is loaded.passes else _calibrated(replace(loaded, passes=p))
-                 for p in {p.name: p for p in passes.values()}.values()}
-    costs_of = {spec: by_passes[p.name] for spec, p in passes.items()}
+    by_passes = {loaded.passes.name: costs}
+    for p in (cell_passes(loaded, c) for c in cells):
+        if p.name not in by_passes:
+            by_passes[p.name] = _calibrated(replace(loaded, passes=p))
+    costs_of = {c.spec: by_passes[cell_passes(loaded, c).name] for c in cells}
     reference: dict[str, list[int]] | None = None
     results: dict[str, dict[str, Any]] = {c.spec: {"rounds": [], "cell": c} for c in cells}
     for w in range(warmup):

@@ -71,14 +71,14 @@ class LayerView:
         # Per-row rotary positions: each stream's rows start at its own length. A lone stream's is
         # a number, as in mlx-lm's own cache (one rope call with fewer inputs, on every layer).
         lanes = self._lanes
-        return lanes.lengths[0] if lanes.batch == 1 and not lanes.fixed else lanes.offsets
+        return lanes.lengths[0] if lanes.batch == 1 else lanes.offsets
 
     def update_and_fetch(self, keys: mx.array, values: mx.array) -> tuple[mx.array, mx.array]:
         return self._lanes.write(self._layer, keys, values)
 
     def make_mask(self, n: int, return_array: bool = False, window_size: int | None = None) -> mx.array | None:
         window = window_size or self._lanes.kinds[self._layer].window
-        if n == 1 and not return_array and not self._lanes.fixed and self._lanes.alone_within(window):
+        if n == 1 and not return_array and self._lanes.alone_within(window):
             return None  # what mlx-lm's cache gives one query row: nothing to hide, so no mask to apply
         return self._lanes.mask(n, window)
 
