@@ -19,9 +19,8 @@ pytestmark = pytest.mark.model
 
 # Three streams just short of the first 256 positions, so the buffers grow during the rounds.
 LENGTHS = (250, 241, 233)
-# Each round's width: draft-free rounds, drafting rounds of widths the scheduler pads to (powers of
-# two, compiled: 4 twice, so replayed once) and one it never runs (3, uncompiled), draft-free again.
-WIDTHS = (1, 1, 3, 1, 4, 1, 2, 1, 4, 1, 1)
+# Each round's width: draft-free rounds, a drafting round, draft-free again (the shape seen before).
+WIDTHS = (1, 1, 3, 1, 1, 1, 2, 1, 1, 1, 1)
 
 
 def _lanes(loaded, fixed: bool) -> LaneCache:
@@ -34,11 +33,11 @@ def _lanes(loaded, fixed: bool) -> LaneCache:
     return lanes
 
 
-def _rounds(loaded, lanes: LaneCache, run, leave_at: int | None = None) -> tuple[list[mx.array], list]:
+def _rounds(loaded, lanes: LaneCache, run, leave_at: int | None = None) -> tuple[list[mx.array], set]:
     """Run ``WIDTHS`` rounds, each stream keeping a different number of rows, its next inputs the
     last round's choices; the first stream leaves before round ``leave_at``. Returns each round's
-    logits and shape (batch, width, capacity), None where the lanes were not fixed."""
-    out, shapes = [], []
+    logits and the shapes (batch, width, capacity) of its fixed-shape rounds."""
+    out, shapes = [], set()
     tokens = mx.array([[11], [12], [13]], dtype=mx.int32)
     for i, width in enumerate(WIDTHS):
         if i == leave_at:
@@ -46,7 +45,8 @@ def _rounds(loaded, lanes: LaneCache, run, leave_at: int | None = None) -> tuple
             tokens = tokens[1:]
         rows = mx.concatenate([tokens[:, :1]] * width, axis=1)
         lanes.begin_round(width)
-        shapes.append((lanes.batch, width, lanes.capacity) if lanes.fixed else None)
+        if lanes.fixed:
+            shapes.add((lanes.batch, width, lanes.capacity))
         logits = run(lanes, rows)
         mx.eval(logits, lanes.keys, lanes.values)
         out.append(logits)
@@ -59,9 +59,9 @@ def _rounds(loaded, lanes: LaneCache, run, leave_at: int | None = None) -> tuple
 
 @pytest.mark.parametrize("leave_at", [None, 8])
 def test_replayed_rounds_equal_the_uncompiled_pass(loaded, monkeypatch, leave_at) -> None:
-    """Rounds of one shape replay the first one's trace with new lengths: every round's logits equal
-    the uncompiled pass's exactly, drafting rounds included, with a stream leaving and the buffers
-    growing; a width that is not a power of two runs uncompiled."""
+    """Draft-free rounds of one shape replay the first one's trace with new lengths: every round's
+    logits equal the uncompiled pass's exactly, with drafting rounds (uncompiled, of their own width)
+    between them, a stream leaving and the buffers growing."""
     calls = []
     model_call = type(loaded.model).__call__
     monkeypatch.setattr(type(loaded.model), "__call__", lambda self, *a, **k: calls.append(1) or model_call(self, *a, **k))
@@ -72,20 +72,11 @@ def test_replayed_rounds_equal_the_uncompiled_pass(loaded, monkeypatch, leave_at
     want, _ = _rounds(loaded, _lanes(loaded, fixed=True), lambda lanes, rows: loaded.model(rows, cache=lanes.views), leave_at)
     for i, (g, w) in enumerate(zip(got, want, strict=True)):
         assert mx.array_equal(g, w).item(), f"round {i} differs from the uncompiled pass"
-    # Traced once per shape (batch, width, capacity), the buffers' growth and a leaving stream's
-    # shrinking included, and replayed otherwise; a round of width 3 calls the model itself.
-    fixed = [shape for shape in shapes if shape is not None]
-    assert any(cap > 256 for _, _, cap in fixed) and any(w == 4 for _, w, _ in fixed)
-    assert shapes[WIDTHS.index(3)] is None
-    assert traced - (len(shapes) - len(fixed)) == len(set(fixed)) < len(fixed)
-
-
-def test_compiled_passes_pad_widths_to_powers_of_two(loaded) -> None:
-    """A compiled pass of several streams runs a round's width rounded up to a power of two (its
-    traces stay few); a lone stream's, and uncompiled passes, run the width itself."""
-    gpu = accelerator(loaded.model, loaded.kinds)
-    assert [gpu.width(w, 4) for w in (1, 2, 3, 5, 8, 9, 17, 33)] == [1, 2, 4, 8, 8, 16, 32, 64]
-    assert gpu.width(5, 1) == 5 and replace(gpu, compiled=None).width(5, 4) == 5
+    # Traced once per shape (batch, capacity), the buffers' growth and a leaving stream's shrinking
+    # included, and replayed otherwise; each drafting round calls the model itself.
+    assert any(cap > 256 for _, _, cap in shapes)
+    drafting = sum(1 for w in WIDTHS if w > 1)
+    assert traced - drafting == len(shapes) < len(WIDTHS) - drafting
 
 
 def test_a_lone_stream_runs_uncompiled_as_mlx_lm_s_cache(loaded) -> None:

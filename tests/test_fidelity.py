@@ -83,11 +83,6 @@ def test_greedy_equals_mlx_lm_under_adversarial_drafts(loaded, reference, chat_p
     assert loaded.passes.numpy_pass is not None  # the CPU's default
     passes = {"host": loaded.passes, "grouped": replace(loaded.passes, numpy_pass=None), "padded": GENERIC,
               "ahead": ACCELERATOR, "compiled": accelerator(loaded.model, loaded.kinds)}[mode]
-    passed: list[tuple[int, int, bool]] = []  # compiled passes' (batch, width, whether fixed)
-    if passes.compiled is not None:
-        call = type(passes.compiled).__call__
-        monkeypatch.setattr(type(passes.compiled), "__call__", lambda self, lanes, tokens: passed.append(
-            (*tokens.shape, lanes.fixed)) or call(self, lanes, tokens))
     events: list[Event] = []
     sched = Scheduler(replace(loaded, passes=passes), events.append)
     pending = []
@@ -109,9 +104,6 @@ def test_greedy_equals_mlx_lm_under_adversarial_drafts(loaded, reference, chat_p
     assert (sched.rounds_host > 0) == (mode == "host")
     # Streams joined while others ran: their chunks rode in passes, where the passes let them.
     assert (sched.chunks_ridden > 0) == (mode in ("host", "grouped"))
-    if mode == "compiled":  # every pass of several streams, drafting ones too, had a shape to replay
-        assert all(fixed for batch, _, fixed in passed if batch > 1)
-        assert any(width > 2 and batch > 1 for batch, width, _ in passed)
     done = {e.request_id: e for e in events if isinstance(e, Finished)}
     assert len(done) == len(texts)
     for rid, ref in refs_by_id.items():

@@ -128,10 +128,10 @@ class LaneCache:
     """Cache storage for every active stream, with a length per row.
 
     ``kinds``: one ``LayerKind`` per cached layer (``engine.model.cache_kinds``), or a layer count for a
-    model of plain attention layers only. ``fixed``: a round of several streams whose width is a
-    power of two has a graph that depends on its shapes alone (``place``), as a compiled pass
+    model of plain attention layers only. ``fixed``: a draft-free round (one row per stream) of
+    several streams has a graph that depends on its shapes alone (``place``), as a compiled pass
     needs (``engine.passes.compiled``); a lone stream keeps mlx-lm's own cache's graph, which has
-    fewer kernels, and a round of another width the graph of its own."""
+    fewer kernels, and a drafting round the graph of its own width."""
 
     def __init__(self, kinds: int | list[LayerKind], fixed: bool = False) -> None:
         self._fixed = fixed
@@ -163,7 +163,7 @@ class LaneCache:
     @property
     def fixed(self) -> bool:
         """Whether this round's shapes alone decide its graph (see the class docstring)."""
-        return self._fixed and bin(self._width).count("1") == 1 and len(self.lengths) > 1  # a power of two
+        return self._fixed and self._width == 1 and len(self.lengths) > 1
 
     @property
     def capacity(self) -> int:

@@ -58,12 +58,6 @@ class RoundPasses:
         """Empty lanes for these passes (of fixed shapes where the padded pass is compiled)."""
         return LaneCache(list(kinds), fixed=self.compiled is not None)
 
-    def width(self, width: int, batch: int) -> int:
-        """The width a padded pass of ``batch`` streams runs for rounds of ``width`` rows: where it is
-        compiled, rounded up to a power of two, so that drafting rounds need few traces
-        (``engine.passes.compiled``): a round of 5 rows runs 8, its last 3 padding."""
-        return 1 << (width - 1).bit_length() if self.compiled is not None and batch > 1 else width
-
     def prefill(self, model: nn.Module, tokens: Sequence[int], caches: Sequence[Any]) -> None:
         """Append ``tokens`` to one stream's ``caches``: the transformer body only (prefill needs
         keys, values and states, not logits; the vocabulary projection is a fifth of the embedded

@@ -9,17 +9,15 @@ element-wise operations on the way.
 A replay sees only its inputs, so nothing that changes between rounds of one shape may reach the
 graph as a Python number: the lanes run with ``fixed`` shapes (``LaneCache.place``), where each
 stream's length is an input array, every stream attends the whole capacity under a mask and
-writes its keys by one scatter. A shape is the batch, the width and the capacity (which grows 256
-positions at a time). A drafting round's width changes from round to round, so the scheduler pads
-it up to a power of two (``RoundPasses.width``): widths 1, 2, 4, 8, 16, 32 and 64 are the only
-ones traced, and a trace is rare after a reply's first rounds. Padding rows repeat a stream's last
-row; their keys land past its length and are never kept.
+writes its keys by one scatter. Only draft-free rounds (one row per stream) are compiled: they are
+most rounds and the ones run ahead, and their shapes are few (the batch and the capacity, which
+grows 256 positions at a time), so a trace is rare; a drafting round's width changes from round to
+round, and tracing each new one would cost more than it saves.
 
 Example: 4 streams of lengths [300, 293, 286, 279] in buffers of capacity 512 run a round of
 width 1. The first such round traces the model; the next one, at [301, 294, 287, 280], replays
 the same graph with the new lengths as its input, and so on until a stream reaches 511 and the
-buffers grow to 768, which traces once more. A round drafting 5 rows runs width 8: traced the
-first time, replayed by every later round of 4 to 7 drafts at that batch and capacity.
+buffers grow to 768, which traces once more.
 
 A lone stream is not compiled: its uncompiled graph (a number offset, no mask, its own keys, as
 in mlx-lm's cache) has fewer kernels than the masked one, and ran faster on an H200.
@@ -52,7 +50,7 @@ class CompiledPass:
         self._compiled = mx.compile(self._traced)
 
     def __call__(self, lanes: LaneCache, tokens: mx.array) -> mx.array:
-        if not lanes.fixed or self.failed:  # a lone stream, or a width not padded (module docstring)
+        if not lanes.fixed or self.failed:  # a lone stream or a drafting round (module docstring)
             return self.model(tokens, cache=lanes.views)
         assert not lanes.recurrent
         self._lanes = lanes

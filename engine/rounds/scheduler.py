@@ -371,10 +371,9 @@ class Scheduler:
             choices = mx.argmax(flat, axis=-1)[mx.array(pad, dtype=mx.int32)]
             draws = {i: self._draw(r, i, flat[starts[i] : starts[i + 1]]) for i in r.sampling}
             return self._choices(r, with_draws(choices, draws))
-        width = self.passes.width(r.width, r.batch)
-        self.lanes.begin_round(width, sizes)
+        self.lanes.begin_round(r.width, sizes)
         # Padding repeats a stream's last row: masked out by position, never kept.
-        inputs = [row + [row[-1]] * (width - len(row)) for row in r.rows]
+        inputs = [row + [row[-1]] * (r.width - len(row)) for row in r.rows]
         logits = self.passes.padded(self.model, self.lanes, mx.array(inputs, dtype=mx.int32))
         draws = {i: self._draw(r, i, logits[i, : sizes[i]]) for i in r.sampling}
         return self._choices(r, with_draws(mx.argmax(logits, axis=-1), draws))
