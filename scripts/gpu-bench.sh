@@ -20,10 +20,13 @@
 # wheels must then hold the server's packages too: starlette, uvicorn, pydantic, openai and theirs),
 # trace (`scripts/round_trace.py`, plain against on, for each WORKLOAD:STREAMS of TRACES, REPEATS
 # alternated repeats; with BASE, a tree of an earlier commit from `scripts/device-stash.sh COMMIT`
-# carried along, each trace runs there too, right after, with this tree's script: an A/B of an
-# engine change on one lease). TRACE_TIMEOUT bounds each (the first compiles kernels for minutes);
+# carried along, each trace runs there too, with this tree's script, in the order this tree, BASE,
+# BASE, this tree, so that a lease slowing down mid-run favours neither: an A/B of an engine change on
+# one lease). TRACE_TIMEOUT bounds each (the first compiles kernels for minutes);
 # TRACE_TOKENS caps each reply; TRACE_CELLS replaces plain,on; TRACE_ARGS goes to round_trace.py as it is
 # (e.g. "--temperature 0.7", with which TRACE_CELLS may name mlx-lm and mlx-lm-batch).
+# DEADLINE (seconds from the start) bounds the whole run: each benchmark or trace is cut at it and
+# none starts with under a minute left, so a device call's limit returns every finished JSON.
 # `scripts/device-stash.sh` makes WHEELS_DIR and BASE.
 set -euo pipefail
 WHEELS=${1:?usage: gpu-bench.sh WHEELS_DIR [OUT_DIR]}
@@ -37,11 +40,19 @@ if [ ! -d "$SITE/mlx_lm" ]; then
 fi
 export PYTHONPATH="$SITE:$PWD" PYTHONUNBUFFERED=1
 ROOT=$PWD  # this tree: its round_trace.py also times BASE's engine
+START=$SECONDS
+budget() {  # seconds a step may take: up to DEADLINE (unset: an hour), none under a minute
+  local left=$(( ${DEADLINE:-3600} - (SECONDS - START) ))
+  if [ "$left" -lt 60 ]; then echo "skipped: ${left}s left before DEADLINE" >&2; return 1; fi
+  echo $(( left - 5 ))
+}
 mkdir -p "$OUT"
 bench() {  # NAME WORKLOAD [lanes bench args...]
-  local name=$1 workload=$2; shift 2
-  python3 -m engine.cli bench --workload "resources/workloads/$workload.jsonl" --rounds "$ROUNDS" \
-    --warmup 1 --json "$OUT/gpu-$name.json" "$@" 2>&1 | grep -v "^round\|^warm-up"
+  local name=$1 workload=$2 t; shift 2
+  t=$(budget) || return 0
+  timeout "$t" python3 -m engine.cli bench --workload "resources/workloads/$workload.jsonl" --rounds "$ROUNDS" \
+    --warmup 1 --json "$OUT/gpu-$name.json" "$@" 2>&1 | grep -v "^round\|^warm-up" \
+    || echo "(bench $name failed or was cut at DEADLINE)"
 }
 for step in $STEPS; do
   case $step in
@@ -81,9 +92,10 @@ for step in $STEPS; do
         --json "$OUT/gpu-server.json" 2>&1 | tail -n 3 ;;
     trace)
       for t in ${TRACES:-copy-heavy:1 copy-heavy:4 no-copy:4 mixed:4}; do
-        for tree in . ${BASE:-}; do
+        for tree in . ${BASE:+"$BASE" "$BASE" .}; do
+          left=$(budget) || break
           echo "== trace ${t%%:*} at ${t##*:} streams: $tree"
-          (cd "$tree" && PYTHONPATH="$SITE:$PWD" timeout "${TRACE_TIMEOUT:-240}" python3 "$ROOT/scripts/round_trace.py" \
+          (cd "$tree" && PYTHONPATH="$SITE:$PWD" timeout "$(( left < ${TRACE_TIMEOUT:-240} ? left : ${TRACE_TIMEOUT:-240} ))" python3 "$ROOT/scripts/round_trace.py" \
             --workload "resources/workloads/${t%%:*}.jsonl" --streams "${t##*:}" --repeats "${REPEATS:-4}" \
             --cells "${TRACE_CELLS:-plain,on}" ${TRACE_TOKENS:+--max-tokens "$TRACE_TOKENS"} ${TRACE_ARGS:-} 2>/dev/null | grep -v "joining\|waited") \
             || echo "(trace failed or timed out)"

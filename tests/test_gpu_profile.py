@@ -133,7 +133,8 @@ def test_draft_replay_reads_a_bench_result() -> None:
 
 def test_gpu_bench_traces_this_tree_and_a_base_one(tmp_path: Path) -> None:
     """``gpu-bench.sh``'s trace step, on the CPU with this checkout's packages: round_trace.py runs in
-    this tree and in a base tree (here HEAD's own files), one after the other."""
+    this tree and in a base tree (here HEAD's own files) in the order A, B, B, A; with too little time
+    left before ``DEADLINE`` nothing starts and the run still ends cleanly."""
     root = Path(__file__).parent.parent
     base = tmp_path / "base"
     base.mkdir()
@@ -146,5 +147,9 @@ def test_gpu_bench_traces_this_tree_and_a_base_one(tmp_path: Path) -> None:
     done = subprocess.run(["bash", "scripts/gpu-bench.sh", str(tmp_path / "no-wheels"), str(tmp_path / "out")],
                           cwd=root, env=env, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.count("== trace copy-heavy at 1 streams") == 2
-    assert done.stdout.count("on/plain per repeat") == 2, done.stdout
+    trees = [line.rsplit(": ", 1)[1] for line in done.stdout.splitlines() if line.startswith("== trace copy-heavy at 1")]
+    assert trees == [".", str(base), str(base), "."]
+    assert done.stdout.count("on/plain per repeat") == 4, done.stdout
+    late = subprocess.run(["bash", "scripts/gpu-bench.sh", str(tmp_path / "no-wheels"), str(tmp_path / "out")],
+                          cwd=root, env={**env, "DEADLINE": "30"}, capture_output=True, text=True, timeout=120)
+    assert late.returncode == 0 and "== trace" not in late.stdout and "left before DEADLINE" in late.stderr
