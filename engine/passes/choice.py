@@ -18,8 +18,8 @@ is as dear, so the generic pass there runs every draft-free round's successor ah
 whether it will draft (``speculate_ahead``; ``engine.rounds.run_ahead``): the device computes while
 the host verifies, and the allocator prices dropping that pass against keeping it. On the CPU the
 dropped pass would be compute taken from the next one, so the CPU runs ahead only when no stream can
-draft next round. There the model's graph is also compiled for draft-free rounds of several streams
-(``engine.passes.compiled``), unless a layer is recurrent.
+draft next round. On an accelerator the model's graph is also compiled for draft-free rounds of
+several streams (``engine.passes.compiled``), unless a layer is recurrent.
 
 Nothing else chooses: the scheduler reads ``LoadedModel.passes``; a test or a benchmark that wants
 another choice loads the model with it (``dataclasses.replace(loaded, passes=GENERIC)``).

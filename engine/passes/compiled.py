@@ -12,7 +12,8 @@ stream's length is an input array, every stream attends the whole capacity under
 writes its keys by one scatter. Only draft-free rounds (one row per stream) are compiled: they are
 most rounds and the ones run ahead, and their shapes are few (the batch and the capacity, which
 grows 256 positions at a time), so a trace is rare; a drafting round's width changes from round to
-round, and tracing each new one would cost more than it saves.
+round, and tracing each new one would cost more than it saves (padding widths to powers of two,
+so that traces stay few, was tried and lost: docs/engine.md, item 8).
 
 Example: 4 streams of lengths [300, 293, 286, 279] in buffers of capacity 512 run a round of
 width 1. The first such round traces the model; the next one, at [301, 294, 287, 280], replays
