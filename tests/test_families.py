@@ -208,6 +208,39 @@ def test_the_embedded_model_as_a_llama_folder_runs_as_the_gguf_does(loaded, tmp_
     same_as_mlx_lm(loaded, prompt, list(done.tokens), ref(loaded, prompt, 48))  # the same model
 
 
+def _stored_dtypes(folder: Path) -> set[str]:
+    import mlx.core as mx
+
+    return {str(a.dtype) for f in folder.glob("*.safetensors") for a in mx.load(str(f)).values()}
+
+
+def test_the_embedded_model_as_mlx_community_ships_it_copies_and_stays_equal(loaded, tmp_path_factory) -> None:
+    """``make-model embedded-4bit``: the embedded weights stored bfloat16 and 4-bit in groups of 64,
+    as mlx-community's folders are (so a GPU computes it in bfloat16, as it does the models people
+    run); on the CPU it loads dequantized like any such folder, the real proposer's copies land and
+    every token equals mlx-lm's."""
+    folder = made_models.make("embedded-4bit", tmp_path_factory.mktemp("embedded-4bit"), loaded)
+    config = json.loads((folder / "config.json").read_text())
+    assert config["torch_dtype"] == "bfloat16"
+    assert (config["quantization"]["bits"], config["quantization"]["group_size"]) == (4, 64)
+    assert _stored_dtypes(folder) == {"mlx.core.bfloat16", "mlx.core.uint32"}
+    model = load_model(str(folder))
+    assert type(model.model).__module__ == "mlx_lm.models.llama"
+    events: list[Event] = []
+    sched = Scheduler(model, events.append)
+    reqs = [Request(prompt_tokens=tuple(chat(model, t)), max_tokens=48, own_copy_rates=False)
+            for t in (prompts.COPY, prompts.CODE)]
+    for r in reqs:
+        sched.submit(r)
+    while sched.busy:
+        sched.step()
+    done = {e.request_id: e for e in events if isinstance(e, Finished)}
+    for r in reqs:
+        prompt = list(r.prompt_tokens or ())
+        same_as_mlx_lm(model, prompt, list(done[r.id].tokens), ref(model, prompt, 48))
+    assert sum(done[r.id].stats.rows["context"].accepted for r in reqs) > 10
+
+
 def test_a_recurrent_state_is_not_reused_past_where_the_prompts_part() -> None:
     """A recurrent state cannot be trimmed: a turn whose prompt leaves the cached tokens early
     prefills afresh instead of reusing a state that holds tokens it does not have."""
@@ -290,8 +323,8 @@ def test_a_4_bit_hybrid_model_loads_and_stays_equal(loaded, tmp_path: Path) -> N
 def test_the_1b_shape_has_llama_3_2_1b_s_size_and_quantizes_as_mlx_lm_does(loaded, tmp_path: Path) -> None:
     """``lanes make-model llama-1b-4bit``'s shape: Llama-3.2-1B's 973M parameters outside the
     embedding, and 1.07B with the embedded tokenizer's vocabulary (its own 128,256 make 1.24B),
-    counted without computing a weight; and a
-    shaped model of the same recipe, made small, loads 4-bit from its folder and runs."""
+    counted without computing a weight; and a shaped model of the same recipe, made small, is
+    stored bfloat16 and 4-bit, loads from its folder and runs."""
     from mlx.utils import tree_flatten
     from mlx_lm.models import llama
 
@@ -303,6 +336,7 @@ def test_the_1b_shape_has_llama_3_2_1b_s_size_and_quantizes_as_mlx_lm_does(loade
                  num_key_value_heads=2, head_dim=32)
     folder = made_models.random_model(small, tmp_path / "small", loaded.tokenizer, bits=bits)
     assert json.loads((folder / "config.json").read_text())["quantization"]["bits"] == 4
+    assert _stored_dtypes(folder) == {"mlx.core.bfloat16", "mlx.core.uint32"}  # as mlx-community's
     model = load_model(str(folder))
     events: list[Event] = []
     sched = Scheduler(model, events.append)

@@ -7,9 +7,13 @@
   really copies, so its benchmark means something.
 - any key of ``RANDOM``: random weights of that architecture, tiny, one per cache kind Lanes rolls
   back (plain KV, sliding windows, short convolutions, gated delta nets, Mamba2 SSMs).
-- any key of ``SHAPED``: random weights in the shape of a model people run, quantized as they run
-  it, for benchmarks of speed only (``lanes bench --model``): what a larger model's passes cost,
-  without a download. Its text is noise, so its copy rates say nothing.
+- ``embedded-4bit``: the embedded SmolLM2's weights as mlx-community ships its models (mlx-lm's
+  llama module, bfloat16, 4-bit in groups of 64): a model that really copies, in the dtype a GPU
+  user's models compute in (the GGUF and the folders above compute in float32, which a GPU's
+  attention kernels treat apart from bfloat16).
+- any key of ``SHAPED``: random weights in the shape of a model people run, in its dtype and
+  quantized as they run it, for benchmarks of speed only (``lanes bench --model``): what a larger
+  model's passes cost, without a download. Its text is noise, so its copy rates say nothing.
 
 Every folder is what mlx-lm writes (``config.json``, safetensors, the embedded tokenizer), so it
 loads through ``lanes --model FOLDER`` like any downloaded model.
@@ -70,16 +74,18 @@ RANDOM: dict[str, dict[str, Any]] = {
     ),
 }
 # Llama-3.2-1B's shape (hidden 2048, 16 layers, 32 query and 8 KV heads, MLP 8192, tied embeddings),
-# 4-bit as mlx-community ships it; the vocabulary is the embedded tokenizer's (128,256 in Llama's own).
+# bfloat16 and 4-bit as mlx-community ships it; the vocabulary is the embedded tokenizer's (128,256 in
+# Llama's own).
 SHAPED: dict[str, tuple[dict[str, Any], int]] = {
     "llama-1b-4bit": (dict(
         model_type="llama", hidden_size=2048, num_hidden_layers=16, intermediate_size=8192, num_attention_heads=32,
         num_key_value_heads=8, head_dim=64, rms_norm_eps=1e-5, vocab_size=VOCAB, max_position_embeddings=131072,
-        rope_theta=500000.0, tie_word_embeddings=True,
+        rope_theta=500000.0, tie_word_embeddings=True, torch_dtype="bfloat16",
     ), 4),
 }
 EMBEDDED_AS = ("llama", "qwen2")
-KINDS = (*(f"embedded-as-{a}" for a in EMBEDDED_AS), *RANDOM, *SHAPED)
+KINDS = (*(f"embedded-as-{a}" for a in EMBEDDED_AS), "embedded-4bit", *RANDOM, *SHAPED)
+GROUP_SIZE = 64  # mlx-lm's default quantization groups
 
 
 def _save(folder: Path, model: Any, config: dict[str, Any], tokenizer: Any) -> Path:
@@ -92,24 +98,33 @@ def _save(folder: Path, model: Any, config: dict[str, Any], tokenizer: Any) -> P
     return folder
 
 
-def random_model(config: dict[str, Any], folder: Path, tokenizer: Any, bits: int | None = None, seed: int = 0) -> Path:
-    """A model of ``config`` (``RANDOM``, ``SHAPED``) with seeded random weights, quantized to ``bits``
-    as mlx-lm quantizes (groups of 64) where given, saved to ``folder``."""
+def _as_shipped(model: Any, config: dict[str, Any], bits: int | None) -> tuple[Any, dict[str, Any]]:
+    """``model`` cast to its config's ``torch_dtype`` (where it names one) and quantized to ``bits``
+    as mlx-lm quantizes (where given)."""
     from mlx_lm.utils import quantize_model
 
+    if "torch_dtype" in config:
+        model.set_dtype(getattr(mx, config["torch_dtype"]))
+    if bits is not None:
+        model, config = quantize_model(model, config, GROUP_SIZE, bits)
+    return model, config
+
+
+def random_model(config: dict[str, Any], folder: Path, tokenizer: Any, bits: int | None = None, seed: int = 0) -> Path:
+    """A model of ``config`` (``RANDOM``, ``SHAPED``) with seeded random weights, in the config's
+    ``torch_dtype`` and quantized to ``bits`` where given, saved to ``folder``."""
     module = importlib.import_module(f"mlx_lm.models.{config['model_type']}")
     config = dict(config)
     mx.random.seed(seed)
-    model = module.Model(module.ModelArgs.from_dict(config))
-    if bits is not None:
-        model, config = quantize_model(model, config, 64, bits)
+    model, config = _as_shipped(module.Model(module.ModelArgs.from_dict(config)), config, bits)
     mx.eval(model.parameters())
     return _save(folder, model, config, tokenizer)
 
 
-def embedded_as(arch: str, embedded: Any, folder: Path) -> Path:
+def embedded_as(arch: str, embedded: Any, folder: Path, dtype: str | None = None, bits: int | None = None) -> Path:
     """The embedded model's weights in mlx-lm's ``arch`` module, llama or qwen2 (dequantized first
-    where they were loaded quantized, as on a GPU: ``embedded`` is changed in place then)."""
+    where they were loaded quantized, as on a GPU: ``embedded`` is changed in place then), cast to
+    ``dtype`` and quantized to ``bits`` where given."""
     from mlx_lm.utils import dequantize_model
 
     if any(name.endswith(".scales") for name, _ in tree_flatten(embedded.model.parameters())):
@@ -122,6 +137,7 @@ def embedded_as(arch: str, embedded: Any, folder: Path) -> Path:
         num_key_value_heads=args.num_key_value_heads, rms_norm_eps=args.rms_norm_eps, vocab_size=args.vocab_size,
         max_position_embeddings=args.max_position_embeddings, rope_theta=args.rope_theta,
         rope_traditional=args.rope_traditional, tie_word_embeddings=args.tie_word_embeddings,
+        **({"torch_dtype": dtype} if dtype else {}),
     )
     module = importlib.import_module(f"mlx_lm.models.{arch}")
     model = module.Model(module.ModelArgs.from_dict(config))
@@ -130,6 +146,7 @@ def embedded_as(arch: str, embedded: Any, folder: Path) -> Path:
         if name.endswith(".bias"):  # qwen2's q/k/v biases: zero, so the same arithmetic as llama
             weights[name] = mx.zeros_like(value)
     model.update(tree_unflatten(list(weights.items())))
+    model, config = _as_shipped(model, config, bits)
     mx.eval(model.parameters())
     return _save(folder, model, config, embedded.tokenizer)
 
@@ -139,6 +156,8 @@ def make(kind: str, folder: Path, embedded: Any) -> Path:
     model (its tokenizer, and for ``embedded-as-*`` its weights)."""
     if kind.startswith("embedded-as-") and kind.removeprefix("embedded-as-") in EMBEDDED_AS:
         return embedded_as(kind.removeprefix("embedded-as-"), embedded, folder)
+    if kind == "embedded-4bit":
+        return embedded_as("llama", embedded, folder, dtype="bfloat16", bits=4)
     if kind in SHAPED:
         return random_model(SHAPED[kind][0], folder, embedded.tokenizer, bits=SHAPED[kind][1])
     if kind not in RANDOM:
