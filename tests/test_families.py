@@ -173,10 +173,15 @@ def test_real_weights_in_another_architecture_copy_and_stay_equal(loaded, tmp_pa
     real proposer's copies land, and every token equals mlx-lm's."""
     qwen2 = load_model(str(made_models.make("embedded-as-qwen2", tmp_path_factory.mktemp("qwen2"), loaded)))
     assert type(qwen2.model).__module__ == "mlx_lm.models.qwen2"
-    events: list[Event] = []
-    sched = Scheduler(qwen2, events.append)
     assert qwen2.passes.numpy_pass is None and not qwen2.passes.grouped  # llama's CPU passes do not apply
-    reqs = [Request(prompt_tokens=tuple(chat(qwen2, t)), max_tokens=48, own_copy_rates=False)
+    copies_land_and_stay_equal(qwen2)
+
+
+def copies_land_and_stay_equal(model: LoadedModel) -> None:
+    """Two copy-friendly requests side by side: every token equals mlx-lm's and copies land."""
+    events: list[Event] = []
+    sched = Scheduler(model, events.append)
+    reqs = [Request(prompt_tokens=tuple(chat(model, t)), max_tokens=48, own_copy_rates=False)
             for t in (prompts.COPY, prompts.CODE)]
     for r in reqs:
         sched.submit(r)
@@ -185,7 +190,7 @@ def test_real_weights_in_another_architecture_copy_and_stay_equal(loaded, tmp_pa
     done = {e.request_id: e for e in events if isinstance(e, Finished)}
     for r in reqs:
         prompt = list(r.prompt_tokens or ())
-        same_as_mlx_lm(qwen2, prompt, list(done[r.id].tokens), ref(qwen2, prompt, 48))
+        same_as_mlx_lm(model, prompt, list(done[r.id].tokens), ref(model, prompt, 48))
     assert sum(done[r.id].stats.rows["context"].accepted for r in reqs) > 10
 
 
@@ -226,19 +231,7 @@ def test_the_embedded_model_as_mlx_community_ships_it_copies_and_stays_equal(loa
     assert _stored_dtypes(folder) == {"mlx.core.bfloat16", "mlx.core.uint32"}
     model = load_model(str(folder))
     assert type(model.model).__module__ == "mlx_lm.models.llama"
-    events: list[Event] = []
-    sched = Scheduler(model, events.append)
-    reqs = [Request(prompt_tokens=tuple(chat(model, t)), max_tokens=48, own_copy_rates=False)
-            for t in (prompts.COPY, prompts.CODE)]
-    for r in reqs:
-        sched.submit(r)
-    while sched.busy:
-        sched.step()
-    done = {e.request_id: e for e in events if isinstance(e, Finished)}
-    for r in reqs:
-        prompt = list(r.prompt_tokens or ())
-        same_as_mlx_lm(model, prompt, list(done[r.id].tokens), ref(model, prompt, 48))
-    assert sum(done[r.id].stats.rows["context"].accepted for r in reqs) > 10
+    copies_land_and_stay_equal(model)
 
 
 def test_a_recurrent_state_is_not_reused_past_where_the_prompts_part() -> None:
