@@ -16,7 +16,8 @@
 # temperature 0.7, top-p 0.9), shaped (a random 4-bit bfloat16 model of Llama-3.2-1B's shape, 4 streams: speed only), qwen2 (the embedded
 # weights in mlx-lm's qwen2 module), bf16 (the embedded weights 4-bit and bfloat16 as mlx-community ships
 # models, `make-model embedded-4bit`: copy-heavy and no-copy at 4 streams, in the dtype people's models
-# compute in, which the GPU's attention treats apart from float32), tiny (tiny random models of each cache kind through copy-heavy:
+# compute in, which the GPU's attention treats apart from float32), attention (`scripts/attention_shapes.py`:
+# masked attention of a drafting round's shape, new shapes against a repeated one, bfloat16 and float32), tiny (tiny random models of each cache kind through copy-heavy:
 # token equality and near-tie margins), server (`make bench-server`'s load and agent runs: the agent
 # workload through `lanes serve` and `mlx_lm.server` on the embedded model's llama folder; the
 # wheels must then hold the server's packages too: starlette, uvicorn, pydantic, openai and theirs),
@@ -102,6 +103,11 @@ for step in $STEPS; do
             --cells "${TRACE_CELLS:-plain,on}" ${TRACE_TOKENS:+--max-tokens "$TRACE_TOKENS"} ${TRACE_ARGS:-} 2>/dev/null | grep -v "joining\|waited") \
             || echo "(trace failed or timed out)"
         done
+      done ;;
+    attention)
+      for dtype in bfloat16 float32; do
+        t=$(budget) || break
+        timeout "$t" python3 scripts/attention_shapes.py --dtype "$dtype" --shapes 600 2>&1 | tail -n 2
       done ;;
     bf16)
       python3 -m engine.cli make-model embedded-4bit "$OUT/embedded-4bit" >/dev/null

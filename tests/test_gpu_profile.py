@@ -1,6 +1,6 @@
 """The GPU measuring scripts keep running, on the CPU: ``scripts/gpu_profile.py``'s bare decode loops and
-engine steps, ``scripts/round_trace.py`` on a workload (greedy, and sampled beside mlx-lm's sampler), ``scripts/draft_replay.py`` and the trace step
-of ``scripts/gpu-bench.sh``."""
+engine steps, ``scripts/round_trace.py`` on a workload (greedy, and sampled beside mlx-lm's sampler), ``scripts/draft_replay.py``,
+``scripts/attention_shapes.py`` and the trace step of ``scripts/gpu-bench.sh``."""
 
 from __future__ import annotations
 
@@ -35,6 +35,33 @@ def test_bare_loop_times_every_part(loaded, kind: str) -> None:
     r = _script().bare_loop(loaded, kind, 2, 2)
     assert set(r) == {"build", "dispatch", "wall"}
     assert 0 < r["build"] < r["wall"] and r["dispatch"] > 0
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+def test_attention_shapes_times_new_shapes_against_a_repeated_one(dtype: str) -> None:
+    import mlx.core as mx
+
+    r = _load("attention_shapes").measure(getattr(mx, dtype), 3, 2, 4)
+    assert r["new_shapes"] == 3 and r["error"] is None
+    assert all(isinstance(r[k], float) and r[k] > 0 for k in ("same_ms", "new_50_ms", "new_200_ms"))
+
+
+def test_attention_shapes_reports_the_shape_that_raised(monkeypatch) -> None:
+    """A new shape that raises (as MLX does on CUDA once its attention cache thrashes) ends the run
+    and is reported with how many new shapes ran before it."""
+    import mlx.core as mx
+
+    script = _load("attention_shapes")
+    real = script.attend
+
+    def attend(keys: int, *args):
+        if keys == script.FIRST_KEYS + 2:
+            raise RuntimeError("Cache thrashing is happening")
+        return real(keys, *args)
+
+    monkeypatch.setattr(script, "attend", attend)
+    r = script.measure(mx.bfloat16, 5, 1, 2)
+    assert r["new_shapes"] == 2 and r["error"] == "Cache thrashing is happening"
 
 
 def test_round_trace_sorts_a_workloads_rounds_by_kind(tmp_path: Path) -> None:
