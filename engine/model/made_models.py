@@ -153,7 +153,7 @@ def embedded_as(arch: str, embedded: Any, folder: Path, dtype: str | None = None
 
 def make(kind: str, folder: Path, embedded: Any) -> Path:
     """Write the model ``kind`` (one of ``KINDS``) to ``folder``; ``embedded`` is the loaded default
-    model (its tokenizer, and for ``embedded-as-*`` its weights)."""
+    model (its tokenizer, and for ``embedded-*`` its weights)."""
     if kind.startswith("embedded-as-") and kind.removeprefix("embedded-as-") in EMBEDDED_AS:
         return embedded_as(kind.removeprefix("embedded-as-"), embedded, folder)
     if kind == "embedded-4bit":
