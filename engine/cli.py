@@ -124,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("move-aside", parents=[data], help="rename an unusable database so Lanes starts fresh")
 
     make = sub.add_parser("make-model", help="write a model folder for tests and benchmarks (engine/made_models.py)")
-    make.add_argument("kind", help="embedded-as-llama, embedded-as-qwen2, embedded-4bit (bfloat16 and 4-bit as "
+    make.add_argument("kind", help="embedded-as-llama, embedded-as-qwen2, embedded-8bit (bfloat16 and 8-bit as "
                       "mlx-community ships models), an architecture for tiny random weights "
                       "(qwen3, gemma3_text, gpt_oss, lfm2, qwen3_next, nemotron_h, mamba2), or a model's shape "
                       "with random weights, for speed only (llama-1b-4bit)")

@@ -14,8 +14,8 @@
 # those of STREAM_COUNTS),
 # sampled (the embedded model's copy-heavy at 1 and 4 streams and no-copy at 4, every cell sampling at
 # temperature 0.7, top-p 0.9), shaped (a random 4-bit bfloat16 model of Llama-3.2-1B's shape, 4 streams: speed only), qwen2 (the embedded
-# weights in mlx-lm's qwen2 module), bf16 (the embedded weights 4-bit and bfloat16 as mlx-community ships
-# models, `make-model embedded-4bit`: copy-heavy and no-copy at 4 streams, in the dtype people's models
+# weights in mlx-lm's qwen2 module), bf16 (the embedded weights 8-bit and bfloat16 as mlx-community ships
+# models, `make-model embedded-8bit`: copy-heavy and no-copy at 4 streams, in the dtype people's models
 # compute in, which the GPU's attention treats apart from float32), attention (`scripts/attention_shapes.py`:
 # masked attention of a drafting round's shape, new shapes against a repeated one, bfloat16 and float32), tiny (tiny random models of each cache kind through copy-heavy:
 # token equality and near-tie margins), server (`make bench-server`'s load and agent runs: the agent
@@ -110,9 +110,9 @@ for step in $STEPS; do
         timeout "$t" python3 scripts/attention_shapes.py --dtype "$dtype" --shapes 600 2>&1 | tail -n 2
       done ;;
     bf16)
-      python3 -m engine.cli make-model embedded-4bit "$OUT/embedded-4bit" >/dev/null
-      for w in copy-heavy no-copy; do bench "bf16-$w" "$w" --model "$OUT/embedded-4bit" --cells "$CELLS"; done
-      rm -rf "$OUT/embedded-4bit" ;;
+      python3 -m engine.cli make-model embedded-8bit "$OUT/embedded-8bit" >/dev/null
+      for w in copy-heavy no-copy; do bench "bf16-$w" "$w" --model "$OUT/embedded-8bit" --cells "$CELLS"; done
+      rm -rf "$OUT/embedded-8bit" ;;
     qwen2)
       python3 -m engine.cli make-model embedded-as-qwen2 "$OUT/qwen2-model" >/dev/null
       bench qwen2-copy-heavy copy-heavy --model "$OUT/qwen2-model" --cells plain,on

@@ -177,8 +177,9 @@ def test_real_weights_in_another_architecture_copy_and_stay_equal(loaded, tmp_pa
     copies_land_and_stay_equal(qwen2)
 
 
-def copies_land_and_stay_equal(model: LoadedModel) -> None:
-    """Two copy-friendly requests side by side: every token equals mlx-lm's and copies land."""
+def copies_land_and_stay_equal(model: LoadedModel) -> list[tuple[list[int], list[int]]]:
+    """Two copy-friendly requests side by side: every token equals mlx-lm's and copies land.
+    Returns each request's prompt and reply."""
     events: list[Event] = []
     sched = Scheduler(model, events.append)
     reqs = [Request(prompt_tokens=tuple(chat(model, t)), max_tokens=48, own_copy_rates=False)
@@ -192,6 +193,7 @@ def copies_land_and_stay_equal(model: LoadedModel) -> None:
         prompt = list(r.prompt_tokens or ())
         same_as_mlx_lm(model, prompt, list(done[r.id].tokens), ref(model, prompt, 48))
     assert sum(done[r.id].stats.rows["context"].accepted for r in reqs) > 10
+    return [(list(r.prompt_tokens or ()), list(done[r.id].tokens)) for r in reqs]
 
 
 def test_the_embedded_model_as_a_llama_folder_runs_as_the_gguf_does(loaded, tmp_path_factory) -> None:
@@ -220,18 +222,20 @@ def _stored_dtypes(folder: Path) -> set[str]:
 
 
 def test_the_embedded_model_as_mlx_community_ships_it_copies_and_stays_equal(loaded, tmp_path_factory) -> None:
-    """``make-model embedded-4bit``: the embedded weights stored bfloat16 and 4-bit in groups of 64,
+    """``make-model embedded-8bit``: the embedded weights stored bfloat16 and 8-bit in groups of 64,
     as mlx-community's folders are (so a GPU computes it in bfloat16, as it does the models people
-    run); on the CPU it loads dequantized like any such folder, the real proposer's copies land and
-    every token equals mlx-lm's."""
-    folder = made_models.make("embedded-4bit", tmp_path_factory.mktemp("embedded-4bit"), loaded)
+    run); on the CPU it loads dequantized like any such folder, the real proposer's copies land,
+    every token equals mlx-lm's, and the replies are the embedded model's own (at 4 bits they were
+    not: its weights are 4-bit already)."""
+    folder = made_models.make("embedded-8bit", tmp_path_factory.mktemp("embedded-8bit"), loaded)
     config = json.loads((folder / "config.json").read_text())
     assert config["torch_dtype"] == "bfloat16"
-    assert (config["quantization"]["bits"], config["quantization"]["group_size"]) == (4, 64)
+    assert (config["quantization"]["bits"], config["quantization"]["group_size"]) == (8, 64)
     assert _stored_dtypes(folder) == {"mlx.core.bfloat16", "mlx.core.uint32"}
     model = load_model(str(folder))
     assert type(model.model).__module__ == "mlx_lm.models.llama"
-    copies_land_and_stay_equal(model)
+    for prompt, reply in copies_land_and_stay_equal(model):
+        assert reply == ref(loaded, prompt, 48)
 
 
 def test_a_recurrent_state_is_not_reused_past_where_the_prompts_part() -> None:

@@ -7,10 +7,11 @@
   really copies, so its benchmark means something.
 - any key of ``RANDOM``: random weights of that architecture, tiny, one per cache kind Lanes rolls
   back (plain KV, sliding windows, short convolutions, gated delta nets, Mamba2 SSMs).
-- ``embedded-4bit``: the embedded SmolLM2's weights as mlx-community ships its models (mlx-lm's
-  llama module, bfloat16, 4-bit in groups of 64): a model that really copies, in the dtype a GPU
+- ``embedded-8bit``: the embedded SmolLM2's weights as mlx-community ships its models (mlx-lm's
+  llama module, bfloat16, 8-bit in groups of 64): a model that really copies, in the dtype a GPU
   user's models compute in (the GGUF and the folders above compute in float32, which a GPU's
-  attention kernels treat apart from bfloat16).
+  attention kernels treat apart from bfloat16). 8-bit, since the GGUF's weights are 4-bit already:
+  quantized to 4 bits again, this 135M model's replies change (and degrade), at 8 they stay its own.
 - any key of ``SHAPED``: random weights in the shape of a model people run, in its dtype and
   quantized as they run it, for benchmarks of speed only (``lanes bench --model``): what a larger
   model's passes cost, without a download. Its text is noise, so its copy rates say nothing.
@@ -84,7 +85,7 @@ SHAPED: dict[str, tuple[dict[str, Any], int]] = {
     ), 4),
 }
 EMBEDDED_AS = ("llama", "qwen2")
-KINDS = (*(f"embedded-as-{a}" for a in EMBEDDED_AS), "embedded-4bit", *RANDOM, *SHAPED)
+KINDS = (*(f"embedded-as-{a}" for a in EMBEDDED_AS), "embedded-8bit", *RANDOM, *SHAPED)
 GROUP_SIZE = 64  # mlx-lm's default quantization groups
 
 
@@ -156,8 +157,8 @@ def make(kind: str, folder: Path, embedded: Any) -> Path:
     model (its tokenizer, and for ``embedded-*`` its weights)."""
     if kind.startswith("embedded-as-") and kind.removeprefix("embedded-as-") in EMBEDDED_AS:
         return embedded_as(kind.removeprefix("embedded-as-"), embedded, folder)
-    if kind == "embedded-4bit":
-        return embedded_as("llama", embedded, folder, dtype="bfloat16", bits=4)
+    if kind == "embedded-8bit":
+        return embedded_as("llama", embedded, folder, dtype="bfloat16", bits=8)
     if kind in SHAPED:
         return random_model(SHAPED[kind][0], folder, embedded.tokenizer, bits=SHAPED[kind][1])
     if kind not in RANDOM:
