@@ -34,7 +34,7 @@ from PySide6.QtCore import QEvent, QEventLoop, QObject, Qt, QTimer
 from PySide6.QtWidgets import QApplication, QWidget
 
 from engine.model import openblas
-from engine.model.machine import cpu_model, drop_mlx_streams, usable_cores
+from engine.model.machine import cpu_model, drop_mlx_streams, usable_cores, use_mlx_defaults
 
 WORKLOAD = Path(__file__).resolve().parent.parent / "resources" / "workloads" / "mixed.jsonl"
 PROBE_MS = 10
@@ -395,6 +395,7 @@ def to_markdown(result: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     openblas.ensure_fast_blas()  # Linux: re-executes with OpenBLAS preloaded, before MLX loads
+    use_mlx_defaults()
     parser = argparse.ArgumentParser(prog="python -m app.bench_ui", description=__doc__.splitlines()[0])
     parser.add_argument("--conversations", type=int, default=4, help="replies at once (default 4)")
     parser.add_argument("--max-tokens", type=int, default=256, help="tokens per reply at most (default 256)")

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from engine.model import openblas
-from engine.model.machine import drop_mlx_streams
+from engine.model.machine import drop_mlx_streams, use_mlx_defaults
 
 if TYPE_CHECKING:
     from PySide6.QtWidgets import QApplication
@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 
 def main(argv: list[str] | None = None) -> int:
     openblas.ensure_fast_blas()  # Linux: re-executes with OpenBLAS preloaded, before MLX loads
+    use_mlx_defaults()
     parser = argparse.ArgumentParser(prog="lanes-app", description="Lanes: the chat window")
     parser.add_argument("--data-dir", default=None, help="folder of the database (overrides Settings)")
     parser.add_argument("--model", default=None, help="model to load (overrides Settings)")

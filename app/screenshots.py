@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.model import openblas
-from engine.model.machine import drop_mlx_streams
+from engine.model.machine import drop_mlx_streams, use_mlx_defaults
 
 SIZE = (1200, 800)
 MAX_TOKENS = 200
@@ -212,6 +212,7 @@ def _save(window: Any, path: Path, size: tuple[int, int] | None = SIZE) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     openblas.ensure_fast_blas()  # Linux: re-executes with OpenBLAS preloaded, before MLX loads
+    use_mlx_defaults()
     parser = argparse.ArgumentParser(prog="python -m app.screenshots", description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="docs/screenshots", help="folder for the PNGs (default docs/screenshots)")
     args = parser.parse_args(argv)

@@ -14,10 +14,12 @@ import sys
 from pathlib import Path
 
 from engine.model import openblas
+from engine.model.machine import use_mlx_defaults
 
 
 def main(argv: list[str] | None = None) -> int:
     openblas.ensure_fast_blas()  # re-executes with OpenBLAS preloaded on Linux, before MLX loads
+    use_mlx_defaults()
     parser = argparse.ArgumentParser(prog="lanes", description="Lanes: copy-speculative local chat on MLX")
     sub = parser.add_subparsers(dest="command", required=True)
 

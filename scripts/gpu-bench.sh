@@ -15,8 +15,10 @@
 # sampled (the embedded model's copy-heavy at 1 and 4 streams and no-copy at 4, every cell sampling at
 # temperature 0.7, top-p 0.9), shaped (a random 4-bit bfloat16 model of Llama-3.2-1B's shape, 4 streams: speed only), qwen2 (the embedded
 # weights in mlx-lm's qwen2 module), bf16 (the embedded weights 8-bit and bfloat16 as mlx-community ships
-# models, `make-model embedded-8bit`: copy-heavy and no-copy at 4 streams, in the dtype people's models
-# compute in, which the GPU's attention treats apart from float32), attention (`scripts/attention_shapes.py`:
+# models, `make-model embedded-8bit`: copy-heavy at 1 and 4 streams, no-copy at 4, in the dtype people's
+# models compute in, whose attention of several query rows MLX's CUDA backend runs as a cuDNN graph built
+# per exact shape, where float32's runs MLX's own ops), bf16-ops (bf16 with MLX_CUDA_USE_CUDNN_SDPA=0:
+# every such attention on MLX's own ops; STEPS="bf16 bf16-ops" is the A/B), attention (`scripts/attention_shapes.py`:
 # masked attention of a drafting round's shape, new shapes against a repeated one, bfloat16 and float32), tiny (tiny random models of each cache kind through copy-heavy:
 # token equality and near-tie margins), server (`make bench-server`'s load and agent runs: the agent
 # workload through `lanes serve` and `mlx_lm.server` on the embedded model's llama folder; the
@@ -28,6 +30,7 @@
 # one lease). TRACE_TIMEOUT bounds each (the first compiles kernels for minutes);
 # TRACE_TOKENS caps each reply; TRACE_CELLS replaces plain,on; TRACE_ARGS goes to round_trace.py as it is
 # (e.g. "--temperature 0.7", with which TRACE_CELLS may name mlx-lm and mlx-lm-batch).
+# MAX_TOKENS caps every benchmark's replies (a quick check of the script; the tables run the workloads' own).
 # DEADLINE (seconds from the start) bounds the whole run: each benchmark or trace is cut at it and
 # none starts with under a minute left, so a device call's limit returns every finished JSON.
 # `scripts/device-stash.sh` makes WHEELS_DIR and BASE.
@@ -54,7 +57,7 @@ bench() {  # NAME WORKLOAD [lanes bench args...]
   local name=$1 workload=$2 t; shift 2
   t=$(budget) || return 0
   timeout "$t" python3 -m engine.cli bench --workload "resources/workloads/$workload.jsonl" --rounds "$ROUNDS" \
-    --warmup 1 --json "$OUT/gpu-$name.json" "$@" 2>&1 | grep -v "^round\|^warm-up" \
+    --warmup 1 --json "$OUT/gpu-$name.json" ${MAX_TOKENS:+--max-tokens "$MAX_TOKENS"} "$@" 2>&1 | grep -v "^round\|^warm-up" \
     || echo "(bench $name failed or was cut at DEADLINE)"
 }
 for step in $STEPS; do
@@ -109,9 +112,14 @@ for step in $STEPS; do
         t=$(budget) || break
         timeout "$t" python3 scripts/attention_shapes.py --dtype "$dtype" --shapes 600 2>&1 | tail -n 2
       done ;;
-    bf16)
+    bf16|bf16-ops)  # bf16-ops: the same with MLX_CUDA_USE_CUDNN_SDPA=0, files named *-ops
       python3 -m engine.cli make-model embedded-8bit "$OUT/embedded-8bit" >/dev/null
-      for w in copy-heavy no-copy; do bench "bf16-$w" "$w" --model "$OUT/embedded-8bit" --cells "$CELLS"; done
+      (
+        sfx=""
+        if [ "$step" = bf16-ops ]; then export MLX_CUDA_USE_CUDNN_SDPA=0; sfx=-ops; fi
+        bench "bf16-1-copy-heavy$sfx" copy-heavy --streams 1 --model "$OUT/embedded-8bit" --cells mlx-lm,plain,on
+        for w in copy-heavy no-copy; do bench "bf16-$w$sfx" "$w" --model "$OUT/embedded-8bit" --cells "$CELLS"; done
+      )
       rm -rf "$OUT/embedded-8bit" ;;
     qwen2)
       python3 -m engine.cli make-model embedded-as-qwen2 "$OUT/qwen2-model" >/dev/null

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -19,8 +20,10 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def lanes(*args: str) -> subprocess.CompletedProcess[str]:
+    # A shell that names no MLX setting, as a user's does: Lanes' own defaults show in the record.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MLX_")}
     return subprocess.run([sys.executable, "-m", "engine.cli", *args], cwd=ROOT, capture_output=True,
-                          text=True, timeout=900)
+                          text=True, timeout=900, env=env)
 
 
 def test_bench_runs_every_cell_and_reports_token_equality(tmp_path: Path) -> None:
@@ -37,6 +40,7 @@ def test_bench_runs_every_cell_and_reports_token_equality(tmp_path: Path) -> Non
     data = json.loads(out.read_text())
     assert set(data["cells"]) == {"mlx-lm", "mlx-lm-batch", "plain", "off", "on"}
     assert data["model"] == "SmolLM2-135M-Instruct" and data["machine"]["cores"] >= 1
+    assert data["machine"]["mlx_env"] == {"MLX_ENABLE_CACHE_THRASHING_CHECK": "0"}  # set by `lanes` itself
     for name, cell in data["cells"].items():
         assert len(cell["rounds"]) == 2 and cell["median_tok_s"] > 0
         for rnd in cell["rounds"]:

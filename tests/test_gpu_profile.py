@@ -180,3 +180,24 @@ def test_gpu_bench_traces_this_tree_and_a_base_one(tmp_path: Path) -> None:
     late = subprocess.run(["bash", "scripts/gpu-bench.sh", str(tmp_path / "no-wheels"), str(tmp_path / "out")],
                           cwd=root, env={**env, "DEADLINE": "30"}, capture_output=True, text=True, timeout=120)
     assert late.returncode == 0 and "== trace" not in late.stdout and "left before DEADLINE" in late.stderr
+
+
+def test_gpu_bench_runs_the_bfloat16_model_with_cudnn_attention_off(tmp_path: Path) -> None:
+    """``gpu-bench.sh``'s ``bf16-ops`` step, on the CPU with this checkout's packages: the 8-bit bfloat16
+    folder through copy-heavy at one and four streams and no-copy at four, each run recording that
+    MLX's cuDNN attention was off, in files of their own beside ``bf16``'s."""
+    root = Path(__file__).parent.parent
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MLX_")}
+    env.update({"SITE": sysconfig.get_paths()["purelib"], "STEPS": "bf16-ops", "ROUNDS": "1", "MAX_TOKENS": "6",
+                "CELLS": "plain,on", "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"})
+    out = tmp_path / "out"
+    done = subprocess.run(["bash", "scripts/gpu-bench.sh", str(tmp_path / "no-wheels"), str(out)],
+                          cwd=root, env=env, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-2000:]
+    runs = {p.name: json.loads(p.read_text()) for p in out.glob("gpu-*.json")}
+    assert set(runs) == {"gpu-bf16-1-copy-heavy-ops.json", "gpu-bf16-copy-heavy-ops.json", "gpu-bf16-no-copy-ops.json"}
+    for name, r in runs.items():
+        assert r["machine"]["mlx_env"] == {"MLX_CUDA_USE_CUDNN_SDPA": "0", "MLX_ENABLE_CACHE_THRASHING_CHECK": "0"}, name
+        assert r["streams"] == (1 if "-1-" in name else 4) and all(c["equal_streams"] == r["streams"]
+                                                                   for c in r["cells"].values()), name
+    assert not (out / "embedded-8bit").exists()

@@ -17,6 +17,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from engine.model.machine import changed_settings
+
 BEGIN = "<!-- bench-report {device}: made from docs/bench/{device}-*.json by `lanes bench-report` -->"
 SERVER_BEGIN = "<!-- bench-report server: made from docs/bench/*-server.json and *-agent.json by `lanes bench-report` -->"
 END = "<!-- /bench-report {device} -->"
@@ -47,6 +49,8 @@ def row(name: str, result: dict[str, Any]) -> str:
     workload = Path(result.get("workload", name)).stem
     if "sampling" in result:  # token-equal then compares the Lanes cells with plain's seeded replies
         workload += f" (sampled: temperature {result['sampling']['temperature']}, top-p {result['sampling']['top_p']})"
+    if settings := changed_settings(result["machine"].get("mlx_env", {})):  # a run under other MLX settings
+        workload += f" ({settings})"
     equal = min(c["equal_streams"] for c in result["cells"].values() if c["equal_streams"] is not None)
     return "| " + " | ".join([
         name, workload, f"{Path(result['model']).name} ({result.get('passes', '-')})", str(result["streams"]),

@@ -32,7 +32,7 @@ from engine.drafts.cost_model import CALIBRATION_KEYS, CostModel
 from engine.events import Event, Failed, Finished, Request
 from engine.model import blas_threads, openblas
 from engine.model.loading import LoadedModel
-from engine.model.machine import cpu_model, usable_cores
+from engine.model.machine import changed_settings, cpu_model, mlx_settings, usable_cores
 from engine.passes.choice import ACCELERATOR, GENERIC, RoundPasses
 from engine.rounds.scheduler import Scheduler
 
@@ -182,6 +182,7 @@ def machine() -> dict[str, Any]:
         "python": platform.python_version(),
         "mlx": mx.__version__,
         "device": str(mx.default_device()),
+        "mlx_env": mlx_settings(),
     }
     if mx.default_device() == mx.cpu:
         info["blas"] = openblas.blas_backend()
@@ -358,7 +359,8 @@ def markdown(result: dict[str, Any]) -> str:
         backend = m.get("gpu", "")
     lines.append("")
     lines.append(f"Model {result['model']} ({result.get('passes', 'own')} passes); {n} streams; machine: "
-                 f"{m.get('processor')}, {m.get('cores')} cores, {m.get('device')}, {backend}")
+                 f"{m.get('processor')}, {m.get('cores')} cores, {m.get('device')}, {backend}"
+                 + "".join(f", {c}" for c in [changed_settings(m.get("mlx_env", {}))] if c))
     if diffs:
         reference = "the plain cell's seeded replies" if "sampling" in result else "mlx-lm"
         lines += ["", f"Streams not token-equal to {reference}:", *diffs]

@@ -26,6 +26,35 @@ def usable_cores() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 0)
 
 
+# MLX settings Lanes runs with unless the environment already names them. MLX reads them when it
+# makes its caches, so they are set before its first pass (``use_mlx_defaults``).
+MLX_DEFAULTS = {
+    # MLX's CUDA backend keeps cuDNN attention graphs by exact shape, 256 of them, and raises "Cache
+    # thrashing is happening" once a cache's misses over the process's life pass twice its size.
+    # Every prefill of a new length and every drafting round (its keys end at a new length) is a
+    # miss, so a long session would fail its replies: a miss must cost time, never a reply.
+    "MLX_ENABLE_CACHE_THRASHING_CHECK": "0",
+}
+
+
+def use_mlx_defaults() -> None:
+    """Put ``MLX_DEFAULTS`` into this process's environment where it names none of them."""
+    for name, value in MLX_DEFAULTS.items():
+        os.environ.setdefault(name, value)
+
+
+def mlx_settings() -> dict[str, str]:
+    """The ``MLX_*`` environment variables this process runs with, for benchmark reports."""
+    return {k: v for k, v in sorted(os.environ.items()) if k.startswith("MLX_")}
+
+
+def changed_settings(env: dict[str, str]) -> str:
+    """The settings of ``mlx_settings()``'s record that are not Lanes' defaults, for a report line:
+    ``{"MLX_CUDA_USE_CUDNN_SDPA": "0", "MLX_ENABLE_CACHE_THRASHING_CHECK": "0"}`` gives
+    ``"MLX_CUDA_USE_CUDNN_SDPA=0"``."""
+    return " ".join(f"{k}={v}" for k, v in sorted(env.items()) if MLX_DEFAULTS.get(k) != v)
+
+
 def drop_mlx_streams() -> None:
     """MLX wants every thread that used it to drop its streams before the interpreter goes, or the
     process aborts at exit ("terminate called without an active exception"). Imports nothing."""

@@ -33,6 +33,7 @@ from engine.errors import LanesError
 from engine.events import Event, Failed, Finished, ModelInfo, Request
 from engine.model import kv_files
 from engine.model.loading import LoadedModel, load_model
+from engine.model.machine import use_mlx_defaults
 from engine.rounds.scheduler import Scheduler
 
 log = logging.getLogger(__name__)
@@ -229,6 +230,7 @@ class Engine:
             self._scheduler.cancel(request_id)
 
     def _run(self, model: str | None) -> None:
+        use_mlx_defaults()  # MLX makes this thread's caches at its first pass: a library user's thread too
         try:
             self._load(model)
             self._loop()
