@@ -81,3 +81,37 @@ def test_several_streams_get_offsets_and_masks() -> None:
     view = lanes.views[0]
     assert view.offset.tolist() == [5, 3]
     assert np.array(view.make_mask(1))[:, 0, 0].tolist() == [[True] * 6, [True] * 4 + [False] * 2]
+
+
+def _kv(length: int, fill: float, layers: int) -> list[KVCache]:
+    out = []
+    for _ in range(layers):
+        c = KVCache()
+        c.keys, c.values = mx.full((1, 4, length, 64), fill), mx.full((1, 4, length, 64), -fill)
+        c.offset = length
+        out.append(c)
+    mx.eval([(c.keys, c.values) for c in out])
+    return out
+
+
+def test_a_join_or_a_leave_copies_the_lanes_a_few_layers_at_a_time() -> None:
+    """Joining and leaving copy every row (MLX arrays do not resize); done a group of layers at a
+    time, the lanes are never held twice over: on a machine whose KV share is full that copy would be
+    the one allocation too many. Rows keep their contents either way."""
+    layers = 24
+    lanes = LaneCache(layers)
+    for i in range(6):
+        lanes.add(_kv(1000, float(i + 1), layers))
+    size = sum(k.nbytes + v.nbytes for k, v in zip(lanes.keys, lanes.values, strict=True))  # 6 x 24 x 2 MiB
+    newcomer = _kv(1000, 7.0, layers)
+    for change in (lambda: lanes.add(newcomer), lambda: lanes.remove(2)):
+        mx.synchronize()
+        mx.clear_cache()
+        mx.reset_peak_memory()
+        before = mx.get_active_memory()
+        change()
+        row = size / 6
+        assert mx.get_peak_memory() - before < row + size / 4, (mx.get_peak_memory() - before) / size
+    assert lanes.lengths == [1000] * 6
+    firsts = [float(lanes.keys[layers - 1][r, 0, 999, 0]) for r in range(6)]
+    assert firsts == [1.0, 2.0, 4.0, 5.0, 6.0, 7.0] and float(lanes.values[0][5, 3, 0, 63]) == -7.0

@@ -34,7 +34,7 @@ does not make every stream attend a long block of padding.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import mlx.core as mx
@@ -42,6 +42,7 @@ from mlx_lm.models.cache import ArraysCache, KVCache
 
 from engine.model.cache_kinds import LayerKind, cache_arrays, length_of
 from engine.model.lane_snapshot import Saved, put_back, snapshot
+from engine.model.lane_views import LayerView, StateView
 from engine.model.state_replay import Call
 
 STEP = 256  # capacity grows in steps, as mlx-lm's KVCache does
@@ -57,71 +58,6 @@ class Group:
     mask: mx.array  # [len(rows), 1, width, end]
     end: int  # keys attended: the longest length in the group + width
     index: mx.array | None  # rows as an array when they are neither all rows nor one
-
-
-class LayerView:
-    """One layer's slice of a ``LaneCache``; what the model's attention calls."""
-
-    def __init__(self, lanes: LaneCache, layer: int) -> None:
-        self._lanes = lanes
-        self._layer = layer
-
-    @property
-    def offset(self) -> mx.array | int:
-        # Per-row rotary positions: each stream's rows start at its own length. A lone stream's is
-        # a number, as in mlx-lm's own cache (one rope call with fewer inputs, on every layer).
-        lanes = self._lanes
-        return lanes.lengths[0] if lanes.batch == 1 else lanes.offsets
-
-    def update_and_fetch(self, keys: mx.array, values: mx.array) -> tuple[mx.array, mx.array]:
-        return self._lanes.write(self._layer, keys, values)
-
-    def make_mask(self, n: int, return_array: bool = False, window_size: int | None = None) -> mx.array | None:
-        window = window_size or self._lanes.kinds[self._layer].window
-        if n == 1 and not return_array and self._lanes.alone_within(window):
-            return None  # what mlx-lm's cache gives one query row: nothing to hide, so no mask to apply
-        return self._lanes.mask(n, window)
-
-    @property
-    def nbytes(self) -> int:
-        k, v = self._lanes.keys[self._layer], self._lanes.values[self._layer]
-        return 0 if k is None or v is None else k.nbytes + v.nbytes
-
-
-class StateView:
-    """One recurrent layer's slice of a ``LaneCache``: the ``ArraysCache`` protocol mlx-lm's conv and
-    SSM layers call, over every stream's state (axis 0: one row per stream)."""
-
-    left_padding = None
-
-    def __init__(self, lanes: LaneCache, layer: int) -> None:
-        self._lanes = lanes
-        self._layer = layer
-
-    def __getitem__(self, idx: int) -> mx.array | None:
-        return self._lanes.states[self._layer][idx]
-
-    def __setitem__(self, idx: int, value: mx.array) -> None:
-        self._lanes.states[self._layer][idx] = value
-
-    @property
-    def lengths(self) -> mx.array | None:
-        # Each stream's real rows in this pass: its state stops there (None: every row is real).
-        return self._lanes.state_lengths
-
-    def advance(self, n: int) -> None:
-        pass  # the lengths are the round's, set by LaneCache
-
-    def make_mask(self, n: int, **kwargs: object) -> mx.array | None:
-        lengths = self._lanes.state_lengths
-        return None if lengths is None else mx.arange(n)[None] < lengths[:, None]
-
-    def record(self, call: Call) -> None:
-        self._lanes.calls[self._layer] = call
-
-    @property
-    def nbytes(self) -> int:
-        return sum(a.nbytes for a in self._lanes.states[self._layer] if a is not None)
 
 
 class LaneCache:
@@ -377,23 +313,25 @@ class LaneCache:
         its KV caches hold); returns its row."""
         length = length if length is not None else length_of(caches)
         assert length is not None, "a model of recurrent layers only: give the length"
-        cap = max(self.capacity, _round_up(length + 1))
+        cap = max(self.capacity, capacity_for(length))
         if self.capacity < cap and self.batch:
             self._grow(cap)
-        for i, c in enumerate(caches):
+
+        def append(i: int) -> None:
+            c = caches[i]
             if isinstance(c, ArraysCache):
                 self.states[i] = [a if old is None else mx.concatenate([old, a])
                                   for old, a in zip(self.states[i], c.cache, strict=True)]
-                continue
+                return
             assert c.offset == length, "caches of one stream hold as many tokens each"
-            k, v = c.keys[..., :length, :], c.values[..., :length, :]
             pad = [(0, 0), (0, 0), (0, cap - length), (0, 0)]
-            k, v = mx.pad(k, pad), mx.pad(v, pad)
+            k, v = mx.pad(c.keys[..., :length, :], pad), mx.pad(c.values[..., :length, :], pad)
             kb, vb = self.keys[i], self.values[i]
             self.keys[i] = k if kb is None else mx.concatenate([kb, k], axis=0)
             self.values[i] = v if vb is None else mx.concatenate([vb, v], axis=0)
+
+        self._rebuild(append)
         self.lengths.append(length)
-        mx.eval(self.keys, self.values, self.states)
         return self.batch - 1
 
     def remove(self, row: int) -> None:
@@ -406,14 +344,27 @@ class LaneCache:
             self.states = [[None] * k.states for k in self.kinds]
             return
         idx = mx.array(keep, dtype=mx.int32)
-        self.keys = [k[idx] if k is not None else None for k in self.keys]
-        self.values = [v[idx] if v is not None else None for v in self.values]
-        self.states = [[a[idx] if a is not None else None for a in layer] for layer in self.states]
-        if max(self.lengths) + STEP < self.capacity:  # shrink after a long stream leaves
-            cap = _round_up(max(self.lengths) + 1)
-            self.keys = [k[:, :, :cap, :] if k is not None else None for k in self.keys]
-            self.values = [v[:, :, :cap, :] if v is not None else None for v in self.values]
-        mx.eval(self.keys, self.values, self.states)
+        # Shrink after a long stream leaves.
+        cap = capacity_for(max(self.lengths)) if max(self.lengths) + STEP < self.capacity else self.capacity
+
+        def drop(i: int) -> None:
+            k, v = self.keys[i], self.values[i]
+            if k is not None and v is not None:
+                self.keys[i], self.values[i] = k[idx, :, :cap, :], v[idx, :, :cap, :]
+            self.states[i] = [a[idx] if a is not None else None for a in self.states[i]]
+
+        self._rebuild(drop)
+
+    def _rebuild(self, change: Callable[[int], None]) -> None:
+        """``change(i)`` replaces layer i's buffers with new ones (every row copied), an eighth of the
+        layers evaluated at a time: each group's old buffers are freed before the next group is
+        copied, so a join or a leave holds an eighth of the lanes twice, not all of them."""
+        group = -(-self.n_layers // 8)
+        for start in range(0, self.n_layers, group):
+            layers = range(start, min(start + group, self.n_layers))
+            for i in layers:
+                change(i)
+            mx.eval([self.keys[i] for i in layers], [self.values[i] for i in layers], [self.states[i] for i in layers])
 
     def extract(self, row: int) -> list[KVCache | ArraysCache]:
         """A copy of one stream's real positions (and states) as plain mlx-lm caches."""
@@ -442,6 +393,12 @@ class LaneCache:
                 continue
             pad = [(0, 0), (0, 0), (0, cap - k.shape[2]), (0, 0)]
             self.keys[i], self.values[i] = mx.pad(k, pad), mx.pad(v, pad)
+
+
+def capacity_for(positions: int) -> int:
+    """The lanes' length for a stream that holds ``positions``, with room for its next one: 300 -> 512,
+    and every stream's row is that long while the longest is."""
+    return _round_up(positions + 1)
 
 
 def _round_up(n: int) -> int:
