@@ -11,7 +11,14 @@ import pytest
 
 from engine.errors import MemoryLimitError
 from engine.events import Event, Finished, Request, Tokens, Waiting
-from engine.model.memory_limits import MIN_CONVERSATION_CACHE, kv_bytes_per_token, limits_for, weight_bytes
+from engine.model.memory_limits import (
+    MIN_CONVERSATION_CACHE,
+    MemoryLimits,
+    kv_bytes_per_token,
+    limits_for,
+    weight_bytes,
+)
+from engine.rounds.admission import Admission
 from engine.rounds.scheduler import Scheduler
 from tests import prompts
 
@@ -45,6 +52,24 @@ def test_a_budget_replaces_the_machines_share_and_must_hold_the_weights() -> Non
         limits_for(24 * GIB, GIB, 61_440, budget=GIB // 2)
 
 
+@pytest.mark.model
+def test_streams_together_reserve_their_count_times_the_longest_reply(loaded) -> None:
+    """The lanes keep every stream's row as long as the longest one's, in steps of 256 positions:
+    streams reaching 300, 300 and 2,000 positions hold 3 x 2,048 of them, not the 2,600 they sum to."""
+    def admission(kv_bytes: int) -> Admission:
+        return Admission(loaded, MemoryLimits(max_streams=16, kv_bytes=kv_bytes, conversation_cache_bytes=0,
+                                              kv_bytes_per_token=1000))
+
+    assert admission(6_144_000).no_room(2000, [300, 300]) is None
+    reason = admission(6_143_999).no_room(2000, [300, 300])
+    assert reason == ("3 replies as long as the longest (2,000 tokens) would hold 6 MiB of the 6 MiB of KV memory "
+                      "SmolLM2-135M-Instruct may use here")
+    assert admission(6_143_999).no_room(300, [2000, 300]) is not None  # whichever stream is the long one
+    assert admission(1_536_000).no_room(300, [300, 300]) is None  # three of 512
+    assert admission(10**9).no_room(10, [10] * 16) == "16 replies are running, the most SmolLM2-135M-Instruct runs at once"
+    assert admission(10**9).reserve(290, 10) == 512_000  # a lone reply's lane, 300 positions and the next
+
+
 def ask(chat_prompt, text: str, max_tokens: int) -> Request:
     return Request(prompt_tokens=tuple(chat_prompt(text)), max_tokens=max_tokens)
 
@@ -53,9 +78,10 @@ def ask(chat_prompt, text: str, max_tokens: int) -> Request:
 def test_a_request_that_does_not_fit_waits_then_runs_token_equal(loaded, reference, chat_prompt) -> None:
     per_token = kv_bytes_per_token(loaded.model, list(loaded.kinds))
     first, second = ask(chat_prompt, prompts.OPEN, 24), ask(chat_prompt, prompts.FRANCE, 12)
-    one = len(first.prompt_tokens or ()) + first.max_tokens + len(second.prompt_tokens or ()) + second.max_tokens
-    # A machine whose KV share holds the larger reply but not both at once.
-    kv_wanted = int(0.8 * one) * per_token
+    assert len(first.prompt_tokens or ()) + first.max_tokens < 200 and len(second.prompt_tokens or ()) + second.max_tokens < 200
+    # A machine whose KV share holds one reply's lane (256 positions) but not two: room for 384 positions,
+    # more than both replies' 400 tokens in all.
+    kv_wanted = 384 * per_token
     total = int((kv_wanted / 0.75 + weight_bytes(loaded.model)) / 0.6) + 1
     events: list[Event] = []
     sched = Scheduler(loaded, events.append, limits=limits_for(total, weight_bytes(loaded.model), per_token))
@@ -86,7 +112,7 @@ def test_a_reply_that_could_never_fit_is_refused_naming_the_limit(loaded, chat_p
 @pytest.mark.model
 def test_a_waiting_request_can_be_cancelled_before_it_starts(loaded, chat_prompt) -> None:
     per_token = kv_bytes_per_token(loaded.model, list(loaded.kinds))
-    total = int((120 * per_token / 0.75 + weight_bytes(loaded.model)) / 0.6)
+    total = int((384 * per_token / 0.75 + weight_bytes(loaded.model)) / 0.6)  # one lane of 256 positions, not two
     events: list[Event] = []
     sched = Scheduler(loaded, events.append, limits=limits_for(total, weight_bytes(loaded.model), per_token))
     first, second = ask(chat_prompt, prompts.FRANCE, 60), ask(chat_prompt, prompts.FRANCE, 60)

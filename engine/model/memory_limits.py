@@ -2,9 +2,9 @@
 
 Pure: the machine's memory and the model's sizes come in as numbers, so the limits can be checked on
 literal data. A stream reserves the KV memory of its whole reply when it is admitted (prompt plus
-``max_tokens`` positions), so a reply that started never runs out half way: a request that does not
-fit now waits (the engine tells it why), and one that could never fit is refused at once, naming
-the limit.
+``max_tokens`` positions, and as many as the longest running reply's: the lanes keep every row that
+long), so a reply that started never runs out half way: a request that does not fit now waits (the
+engine tells it why), and one that could never fit is refused at once, naming the limit.
 
 Worked example: a 24 GiB machine, a model of 0.1 GiB weights, 61,440 bytes of KV a token (30 layers
 x 2 x 3 heads x 64 x 4 bytes, SmolLM2-135M in float32). Lanes takes at most 60% of memory (14.4 GiB);

@@ -1,8 +1,10 @@
 """Admission: a request's prompt rendered and checked before any compute, and the room it needs.
 
 A stream reserves the KV memory of its whole reply (prompt plus ``max_tokens`` positions) when it
-joins, so a reply that started never runs out half way (``engine.model.memory_limits``). A request
-that does not fit now waits; one that never could is refused, naming the model and the limit.
+joins, so a reply that started never runs out half way (``engine.model.memory_limits``); since the
+lanes keep every stream's row as long as the longest, the streams together reserve their count
+times the longest reply. A request that does not fit now waits; one that never could is refused,
+naming the model and the limit.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from engine.errors import LanesError, MemoryLimitError, PromptTooLongError
 from engine.events import Request
 from engine.model.chat_template import Rendered, render
 from engine.model.context_fit import fit_turns
+from engine.model.lane_cache import capacity_for
 from engine.model.loading import LoadedModel
 from engine.model.memory_limits import MemoryLimits, mib
 
@@ -22,7 +25,6 @@ from engine.model.memory_limits import MemoryLimits, mib
 class Admitted:
     request: Request  # with max_tokens cut to the room the context leaves
     rendered: Rendered
-    need: int  # KV bytes the stream reserves
 
 
 class Admission:
@@ -80,19 +82,24 @@ class Admission:
                 f"memory; {self.loaded.name} may use {mib(self.limits.kv_bytes)} for replies on this machine "
                 f"({self.limits.kv_tokens:,} tokens): ask for fewer tokens or shorten the conversation"
             )
-        return Admitted(request, rendered, need)
+        return Admitted(request, rendered)
 
     def reserve(self, prompt: int, max_tokens: int) -> int:
-        """KV bytes a stream reserves: every position its reply may reach."""
-        return (prompt + max_tokens) * self.limits.kv_bytes_per_token
+        """KV bytes a stream alone holds at most: every position its reply may reach, as the lanes
+        allocate them (``capacity_for``)."""
+        return capacity_for(prompt + max_tokens) * self.limits.kv_bytes_per_token
 
-    def no_room(self, need: int, running: Sequence[tuple[int, int]]) -> str | None:
-        """Why a stream needing ``need`` bytes cannot join now beside the ``running`` streams
-        (their prompt lengths and max tokens), or None if it can."""
+    def no_room(self, reach: int, running: Sequence[int]) -> str | None:
+        """Why a stream whose reply may reach ``reach`` positions (prompt plus max tokens) cannot join
+        now beside the ``running`` streams' reaches, or None if it can. The lanes keep every stream's
+        row as long as the longest one's (engine.model.lane_cache), so together they hold the count
+        of streams times the longest reach: streams reaching 300, 300 and 2,000 positions hold
+        3 x 2,048, not 2,600."""
         if len(running) >= self.limits.max_streams:
             return f"{len(running)} replies are running, the most {self.loaded.name} runs at once"
-        held = sum(self.reserve(p, m) for p, m in running)
-        if held + need > self.limits.kv_bytes:
-            return (f"running replies hold {mib(held)} of the {mib(self.limits.kv_bytes)} of KV "
-                    f"memory {self.loaded.name} may use here")
+        reaches = [*running, reach]
+        held = len(reaches) * capacity_for(max(reaches)) * self.limits.kv_bytes_per_token
+        if held > self.limits.kv_bytes:
+            return (f"{len(reaches)} replies as long as the longest ({max(reaches):,} tokens) would hold "
+                    f"{mib(held)} of the {mib(self.limits.kv_bytes)} of KV memory {self.loaded.name} may use here")
         return None

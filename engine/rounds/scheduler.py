@@ -115,22 +115,21 @@ class Scheduler:
         admitted = self.admission.check(request)
         if admitted.rendered.notice is not None:
             self.emit(Notice(request.id, admitted.rendered.notice))
-        reason = self.admission.no_room(admitted.need, self._running())
+        reason = self.admission.no_room(len(admitted.rendered.tokens) + admitted.request.max_tokens, self._running())
         if reason is not None or self.waiting:
             self.waiting.append((admitted.request, admitted.rendered))
             self.emit(Waiting(request.id, reason or "waiting for earlier requests to start"))
             return
         self._join(admitted.request, admitted.rendered)
 
-    def _running(self) -> list[tuple[int, int]]:
-        streams = [*self.active, *(j.stream for j in self.joining)]
-        return [(len(s.prompt), s.request.max_tokens) for s in streams]
+    def _running(self) -> list[int]:
+        """How far each running or joining stream's reply may reach (prompt plus max tokens)."""
+        return [len(s.prompt) + s.request.max_tokens for s in [*self.active, *(j.stream for j in self.joining)]]
 
     def _admit_waiting(self) -> None:
         while self.waiting:
             request, rendered = self.waiting[0]
-            if self.admission.no_room(self.admission.reserve(len(rendered.tokens), request.max_tokens),
-                                      self._running()) is not None:
+            if self.admission.no_room(len(rendered.tokens) + request.max_tokens, self._running()) is not None:
                 return
             self.waiting.pop(0)
             self._join(request, rendered)
