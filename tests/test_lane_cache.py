@@ -94,10 +94,10 @@ def _kv(length: int, fill: float, layers: int) -> list[KVCache]:
     return out
 
 
-def test_a_join_or_a_leave_copies_the_lanes_a_few_layers_at_a_time() -> None:
-    """Joining and leaving copy every row (MLX arrays do not resize); done a group of layers at a
-    time, the lanes are never held twice over: on a machine whose KV share is full that copy would be
-    the one allocation too many. Rows keep their contents either way."""
+def test_joins_leaves_and_growth_copy_the_lanes_a_few_layers_at_a_time() -> None:
+    """Joining, leaving and a longer capacity copy every row (MLX arrays do not resize); done a group
+    of layers at a time, the lanes are never held twice over: on a machine whose KV share is full
+    that copy would be the one allocation too many. Rows keep their contents either way."""
     layers = 24
     lanes = LaneCache(layers)
     for i in range(6):
@@ -115,3 +115,13 @@ def test_a_join_or_a_leave_copies_the_lanes_a_few_layers_at_a_time() -> None:
     assert lanes.lengths == [1000] * 6
     firsts = [float(lanes.keys[layers - 1][r, 0, 999, 0]) for r in range(6)]
     assert firsts == [1.0, 2.0, 4.0, 5.0, 6.0, 7.0] and float(lanes.values[0][5, 3, 0, 63]) == -7.0
+    # A round whose rows pass the capacity (1,024) grows every row to 1,280: a quarter more, and no
+    # more than another quarter held at once on the way.
+    mx.synchronize()
+    mx.clear_cache()
+    mx.reset_peak_memory()
+    before = mx.get_active_memory()
+    lanes.begin_round(30)
+    mx.eval([view.update_and_fetch(mx.ones((6, 4, 30, 64)), mx.ones((6, 4, 30, 64))) for view in lanes.views])
+    assert lanes.capacity == 1280 and mx.get_peak_memory() - before < size / 2, (mx.get_peak_memory() - before) / size
+    assert float(lanes.keys[0][5, 0, 999, 0]) == 7.0 and float(lanes.keys[0][5, 0, 1029, 0]) == 1.0

@@ -358,7 +358,7 @@ class LaneCache:
     def _rebuild(self, change: Callable[[int], None]) -> None:
         """``change(i)`` replaces layer i's buffers with new ones (every row copied), an eighth of the
         layers evaluated at a time: each group's old buffers are freed before the next group is
-        copied, so a join or a leave holds an eighth of the lanes twice, not all of them."""
+        copied, so a join, a leave or a longer capacity holds an eighth of the lanes twice, not all."""
         group = -(-self.n_layers // 8)
         for start in range(0, self.n_layers, group):
             layers = range(start, min(start + group, self.n_layers))
@@ -387,12 +387,14 @@ class LaneCache:
 
     def _grow(self, need: int) -> None:
         cap = _round_up(need)
-        for i in range(self.n_layers):
+
+        def pad(i: int) -> None:
             k, v = self.keys[i], self.values[i]
-            if k is None or v is None:
-                continue
-            pad = [(0, 0), (0, 0), (0, cap - k.shape[2]), (0, 0)]
-            self.keys[i], self.values[i] = mx.pad(k, pad), mx.pad(v, pad)
+            if k is not None and v is not None:
+                widths = [(0, 0), (0, 0), (0, cap - k.shape[2]), (0, 0)]
+                self.keys[i], self.values[i] = mx.pad(k, widths), mx.pad(v, widths)
+
+        self._rebuild(pad)
 
 
 def capacity_for(positions: int) -> int:
