@@ -41,8 +41,8 @@ def _rounds(loaded, lanes: LaneCache, run, leave_at: int | None = None) -> tuple
     tokens = mx.array([[11], [12], [13]], dtype=mx.int32)
     for i, width in enumerate(WIDTHS):
         if i == leave_at:
-            lanes.remove(0)
-            tokens = tokens[1:]
+            lanes.remove(0)  # the last stream moves into its row
+            tokens = mx.concatenate([tokens[2:], tokens[1:2]])
         rows = mx.concatenate([tokens[:, :1]] * width, axis=1)
         lanes.begin_round(width)
         if lanes.fixed:

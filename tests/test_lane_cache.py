@@ -114,7 +114,7 @@ def test_joins_leaves_and_growth_copy_the_lanes_a_few_layers_at_a_time() -> None
         assert mx.get_peak_memory() - before < row + size / 4, (mx.get_peak_memory() - before) / size
     assert lanes.lengths == [1000] * 6
     firsts = [float(lanes.keys[layers - 1][r, 0, 999, 0]) for r in range(6)]
-    assert firsts == [1.0, 2.0, 4.0, 5.0, 6.0, 7.0] and float(lanes.values[0][5, 3, 0, 63]) == -7.0
+    assert firsts == [1.0, 2.0, 7.0, 4.0, 5.0, 6.0] and float(lanes.values[0][2, 3, 0, 63]) == -7.0  # the last moved in
     # A round whose rows pass the capacity (1,024) grows every row to 1,280: a quarter more, and no
     # more than another quarter held at once on the way.
     mx.synchronize()
@@ -124,4 +124,34 @@ def test_joins_leaves_and_growth_copy_the_lanes_a_few_layers_at_a_time() -> None
     lanes.begin_round(30)
     mx.eval([view.update_and_fetch(mx.ones((6, 4, 30, 64)), mx.ones((6, 4, 30, 64))) for view in lanes.views])
     assert lanes.capacity == 1280 and mx.get_peak_memory() - before < size / 2, (mx.get_peak_memory() - before) / size
-    assert float(lanes.keys[0][5, 0, 999, 0]) == 7.0 and float(lanes.keys[0][5, 0, 1029, 0]) == 1.0
+    assert float(lanes.keys[0][2, 0, 999, 0]) == 7.0 and float(lanes.keys[0][2, 0, 1029, 0]) == 1.0
+
+
+def test_a_leave_moves_the_last_row_and_a_join_fills_the_spare_one() -> None:
+    """A leave copies one row (the last stream's, into the leaver's) and a join writes into the row
+    that left spare, so neither copies every stream; with more spare rows than streams the buffers
+    shrink to the streams'. Each stream's keys stay its own, and a round after writes at its length."""
+    layers = 24
+    lanes = LaneCache(layers)
+    for i in range(6):
+        lanes.add(_kv(1000, float(i + 1), layers))
+    row = sum(k.nbytes + v.nbytes for k, v in zip(lanes.keys, lanes.values, strict=True)) / 6
+    for change in (lambda: lanes.remove(1), lambda: lanes.add(_kv(500, 9.0, layers))):
+        mx.synchronize()
+        mx.clear_cache()
+        mx.reset_peak_memory()
+        before = mx.get_active_memory()
+        change()
+        assert mx.get_peak_memory() - before < 2 * row, (mx.get_peak_memory() - before) / row
+        assert lanes.slots == 6
+    assert lanes.lengths == [1000] * 5 + [500]
+    assert [float(lanes.keys[layers - 1][r, 0, 0, 0]) for r in range(6)] == [1.0, 6.0, 3.0, 4.0, 5.0, 9.0]
+    lanes.begin_round(2)
+    keys, _ = lanes.views[0].update_and_fetch(mx.full((6, 4, 2, 64), 0.5), mx.full((6, 4, 2, 64), -0.5))
+    assert keys.shape == (6, 4, 1002, 64)
+    assert float(keys[5, 0, 499, 0]) == 9.0 and float(keys[5, 0, 500, 0]) == 0.5 and float(keys[1, 0, 1001, 0]) == 0.5
+    lanes.end_round()
+    for leaver in (0, 0, 0, 0):
+        lanes.remove(leaver)
+    assert lanes.batch == 2 and lanes.slots == 2  # four spare rows for two streams: copied down
+    assert [float(lanes.keys[0][r, 0, 0, 0]) for r in range(2)] == [3.0, 6.0]  # 9, 5 and 4 moved in, then left

@@ -16,6 +16,10 @@ Worked example: two streams of lengths [5, 3] run a round of width 4. Row 0
 writes positions 5..8, row 1 writes 3..6. Row 0 keeps 2 (its next token and one
 accepted draft) and row 1 keeps 4: lengths become [7, 7].
 
+Streams join and leave by copying one row where they can (``add``, ``remove``): a
+leave moves the last stream into the leaver's row and leaves a spare row at the
+end (``slots``), which the next join fills.
+
 The model sees one view per cached layer, the interface mlx-lm's layers call:
 ``LayerView`` for attention (``update_and_fetch``, ``offset``, ``make_mask``; a
 sliding-window layer's mask also hides keys older than its window) and
@@ -100,6 +104,14 @@ class LaneCache:
     def fixed(self) -> bool:
         """Whether this round's shapes alone decide its graph (see the class docstring)."""
         return self._fixed and self._width == 1 and len(self.lengths) > 1
+
+    @property
+    def slots(self) -> int:
+        """Rows the buffers have: the streams' and, after a stream left, spare ones at the end (a
+        leave moves the last stream into the leaver's row, and a join writes into a spare row, each
+        copying one row, not all of them: MLX arrays do not resize)."""
+        k = next((k for k in self.keys if k is not None), None)
+        return self.batch if k is None else k.shape[0]
 
     @property
     def capacity(self) -> int:
@@ -187,7 +199,7 @@ class LaneCache:
         kbuf, vbuf = self.keys[layer], self.values[layer]
         assert kbuf is not None and vbuf is not None
         if row is None:
-            return kbuf[:, :, :end, :], vbuf[:, :, :end, :]
+            return kbuf[: self.batch, :, :end, :], vbuf[: self.batch, :, :end, :]
         return kbuf[row : row + 1, :, :end, :], vbuf[row : row + 1, :, :end, :]
 
     def _put(self, layer: int, rows: Sequence[int], keys: mx.array, values: mx.array) -> tuple[mx.array, mx.array]:
@@ -198,8 +210,8 @@ class LaneCache:
         at = {self.lengths[r] for r in rows}
         if len(rows) == self.batch and len(at) == 1 and not self.fixed:  # one block write when every row is as long
             (start,) = at
-            kbuf[:, :, start : start + width, :] = keys
-            vbuf[:, :, start : start + width, :] = values
+            kbuf[: self.batch, :, start : start + width, :] = keys
+            vbuf[: self.batch, :, start : start + width, :] = values
         else:  # one scatter for all rows: a write per row costs a kernel each, per layer, on a GPU
             index = self._scatter_index(tuple(rows), keys.shape[1], width)
             kbuf[index] = keys
@@ -247,10 +259,10 @@ class LaneCache:
 
     def write(self, layer: int, keys: mx.array, values: mx.array) -> tuple[mx.array, mx.array]:
         kbuf, vbuf = self._put(layer, range(self.batch), keys, values)
-        if self.fixed:
+        if self.fixed and self.slots == self.batch:
             return kbuf, vbuf
-        end = max(self.lengths) + keys.shape[2]
-        return kbuf[:, :, :end, :], vbuf[:, :, :end, :]
+        end = kbuf.shape[2] if self.fixed else max(self.lengths) + keys.shape[2]
+        return kbuf[: self.batch, :, :end, :], vbuf[: self.batch, :, :end, :]
 
     def advance(self, row: int, kept: int) -> None:
         """After verification: row ``row`` keeps ``kept`` of this round's positions."""
@@ -316,6 +328,7 @@ class LaneCache:
         cap = max(self.capacity, capacity_for(length))
         if self.capacity < cap and self.batch:
             self._grow(cap)
+        row, spare = self.batch, self.batch < self.slots
 
         def append(i: int) -> None:
             c = caches[i]
@@ -324,36 +337,52 @@ class LaneCache:
                                   for old, a in zip(self.states[i], c.cache, strict=True)]
                 return
             assert c.offset == length, "caches of one stream hold as many tokens each"
+            kb, vb = self.keys[i], self.values[i]
+            if spare and kb is not None and vb is not None:  # positions past its length are masked
+                kb[row : row + 1, :, :length, :] = c.keys[..., :length, :]
+                vb[row : row + 1, :, :length, :] = c.values[..., :length, :]
+                return
             pad = [(0, 0), (0, 0), (0, cap - length), (0, 0)]
             k, v = mx.pad(c.keys[..., :length, :], pad), mx.pad(c.values[..., :length, :], pad)
-            kb, vb = self.keys[i], self.values[i]
             self.keys[i] = k if kb is None else mx.concatenate([kb, k], axis=0)
             self.values[i] = v if vb is None else mx.concatenate([vb, v], axis=0)
 
         self._rebuild(append)
         self.lengths.append(length)
-        return self.batch - 1
+        return row
 
     def remove(self, row: int) -> None:
-        """Drop a stream; rows after it shift down by one."""
-        keep = [r for r in range(self.batch) if r != row]
-        del self.lengths[row]
-        if not keep:
+        """Drop a stream: the last stream moves into its row (a caller's own list of rows follows
+        with ``rows[row] = rows[-1]; rows.pop()``), leaving the buffers' last row spare."""
+        last = self.batch - 1
+        order = [last if r == row else r for r in range(last)]
+        self.lengths[row] = self.lengths[last]
+        self.lengths.pop()
+        if not self.lengths:
             self.keys = [None] * self.n_layers
             self.values = [None] * self.n_layers
             self.states = [[None] * k.states for k in self.kinds]
             return
-        idx = mx.array(keep, dtype=mx.int32)
-        # Shrink after a long stream leaves.
+        idx = mx.array(order, dtype=mx.int32)
+        self.states = [[a[idx] if a is not None else None for a in layer] for layer in self.states]
+        # After a long stream leaves the capacity shrinks, and with more spare rows than streams the
+        # buffers do: then every row is copied.
         cap = capacity_for(max(self.lengths)) if max(self.lengths) + STEP < self.capacity else self.capacity
+        if cap < self.capacity or self.slots > 2 * self.batch:
+            self._rebuild(lambda i: self._take(i, idx, cap))
+            return
+        buffers = [b for b in (*self.keys, *self.values) if b is not None]
+        if row != last:
+            moved = [b[last] * 1 for b in buffers]  # buffers of their own, so the writes below are in place
+            mx.eval(moved)
+            for b, m in zip(buffers, moved, strict=True):
+                b[row] = m
+        mx.eval(buffers, self.states)
 
-        def drop(i: int) -> None:
-            k, v = self.keys[i], self.values[i]
-            if k is not None and v is not None:
-                self.keys[i], self.values[i] = k[idx, :, :cap, :], v[idx, :, :cap, :]
-            self.states[i] = [a[idx] if a is not None else None for a in self.states[i]]
-
-        self._rebuild(drop)
+    def _take(self, i: int, idx: mx.array, cap: int) -> None:
+        k, v = self.keys[i], self.values[i]
+        if k is not None and v is not None:
+            self.keys[i], self.values[i] = k[idx, :, :cap, :], v[idx, :, :cap, :]
 
     def _rebuild(self, change: Callable[[int], None]) -> None:
         """``change(i)`` replaces layer i's buffers with new ones (every row copied), an eighth of the
@@ -388,11 +417,11 @@ class LaneCache:
     def _grow(self, need: int) -> None:
         cap = _round_up(need)
 
-        def pad(i: int) -> None:
+        def pad(i: int) -> None:  # spare rows are dropped on the way
             k, v = self.keys[i], self.values[i]
             if k is not None and v is not None:
                 widths = [(0, 0), (0, 0), (0, cap - k.shape[2]), (0, 0)]
-                self.keys[i], self.values[i] = mx.pad(k, widths), mx.pad(v, widths)
+                self.keys[i], self.values[i] = mx.pad(k[: self.batch], widths), mx.pad(v[: self.batch], widths)
 
         self._rebuild(pad)
 

@@ -424,14 +424,16 @@ class Scheduler:
         return done, failures
 
     def _leave(self, row: int) -> None:
-        s = self.active.pop(row)
+        s, self.active[row] = self.active[row], self.active[-1]  # as the lanes move their last row
+        self.active.pop()
         caches = self.lanes.extract(row) if s.request.conversation or s.request.prefix_cache else None
         kept = self.lanes.lengths[row]
         self.lanes.remove(row)
         self._finish(s, caches, kept)
 
     def _fail_row(self, row: int, exc: BaseException) -> None:
-        s = self.active.pop(row)
+        s, self.active[row] = self.active[row], self.active[-1]
+        self.active.pop()
         self.lanes.remove(row)
         self._fail(s, exc)
 
