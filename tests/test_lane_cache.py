@@ -155,3 +155,23 @@ def test_a_leave_moves_the_last_row_and_a_join_fills_the_spare_one() -> None:
         lanes.remove(leaver)
     assert lanes.batch == 2 and lanes.slots == 2  # four spare rows for two streams: copied down
     assert [float(lanes.keys[0][r, 0, 0, 0]) for r in range(2)] == [3.0, 6.0]  # 9, 5 and 4 moved in, then left
+
+
+def test_streams_about_to_join_get_rows_made_with_the_copy_that_makes_room() -> None:
+    """The scheduler passes how many admitted streams are still joining: the copy that makes room for
+    one makes rows for them too, and each then writes only its own row."""
+    layers = 8
+    lanes = LaneCache(layers)
+    lanes.add(_kv(300, 1.0, layers), spare=2)
+    assert (lanes.batch, lanes.slots) == (1, 3)
+    row = sum(k.nbytes + v.nbytes for k, v in zip(lanes.keys, lanes.values, strict=True)) / 3
+    for fill in (2.0, 3.0):
+        mx.synchronize()
+        mx.clear_cache()
+        mx.reset_peak_memory()
+        before = mx.get_active_memory()
+        lanes.add(_kv(300, fill, layers))
+        assert mx.get_peak_memory() - before < 2 * row and lanes.slots == 3
+    lanes.add(_kv(200, 4.0, layers))  # no row left: every row copied into four
+    assert lanes.slots == lanes.batch == 4 and lanes.lengths == [300, 300, 300, 200]
+    assert [float(lanes.keys[layers - 1][r, 3, 199, 63]) for r in range(4)] == [1.0, 2.0, 3.0, 4.0]

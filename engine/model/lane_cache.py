@@ -320,15 +320,16 @@ class LaneCache:
         self.calls = {}
 
     # -- membership ----------------------------------------------------------
-    def add(self, caches: Sequence[KVCache | ArraysCache], length: int | None = None) -> int:
+    def add(self, caches: Sequence[KVCache | ArraysCache], length: int | None = None, spare: int = 0) -> int:
         """Append a stream whose per-layer caches hold its first ``length`` tokens (by default what
-        its KV caches hold); returns its row."""
+        its KV caches hold); returns its row. Where the buffers must be copied to make room,
+        ``spare`` more rows are made for streams about to join (rows their admission reserved)."""
         length = length if length is not None else length_of(caches)
         assert length is not None, "a model of recurrent layers only: give the length"
         cap = max(self.capacity, capacity_for(length))
         if self.capacity < cap and self.batch:
             self._grow(cap)
-        row, spare = self.batch, self.batch < self.slots
+        row, fill = self.batch, self.batch < self.slots  # a spare row to fill
 
         def append(i: int) -> None:
             c = caches[i]
@@ -338,11 +339,11 @@ class LaneCache:
                 return
             assert c.offset == length, "caches of one stream hold as many tokens each"
             kb, vb = self.keys[i], self.values[i]
-            if spare and kb is not None and vb is not None:  # positions past its length are masked
+            if fill and kb is not None and vb is not None:  # positions past its length are masked
                 kb[row : row + 1, :, :length, :] = c.keys[..., :length, :]
                 vb[row : row + 1, :, :length, :] = c.values[..., :length, :]
                 return
-            pad = [(0, 0), (0, 0), (0, cap - length), (0, 0)]
+            pad = [(0, spare), (0, 0), (0, cap - length), (0, 0)]
             k, v = mx.pad(c.keys[..., :length, :], pad), mx.pad(c.values[..., :length, :], pad)
             self.keys[i] = k if kb is None else mx.concatenate([kb, k], axis=0)
             self.values[i] = v if vb is None else mx.concatenate([vb, v], axis=0)

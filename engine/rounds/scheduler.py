@@ -236,7 +236,7 @@ class Scheduler:
             if job.done < len(s.prompt) - 1:
                 return
             self.joining.pop(0)
-            self.lanes.add(job.caches, job.done)
+            self.lanes.add(job.caches, job.done, spare=len(self.joining))
             self.active.append(s)
         except Exception as exc:  # one stream's failure leaves the others running
             if self.joining and self.joining[0] is job:
