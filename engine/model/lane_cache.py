@@ -386,9 +386,9 @@ class LaneCache:
             self.keys[i], self.values[i] = k[idx, :, :cap, :], v[idx, :, :cap, :]
 
     def _rebuild(self, change: Callable[[int], None]) -> None:
-        """``change(i)`` replaces layer i's buffers with new ones (every row copied), an eighth of the
-        layers evaluated at a time: each group's old buffers are freed before the next group is
-        copied, so a join, a leave or a longer capacity holds an eighth of the lanes twice, not all."""
+        """``change(i)`` replaces layer i's buffers (or writes a row into them), an eighth of the
+        layers evaluated at a time: where every row is copied, each group's old buffers are freed
+        before the next group's copy, so the lanes are held twice over an eighth at a time, not all."""
         group = -(-self.n_layers // 8)
         for start in range(0, self.n_layers, group):
             layers = range(start, min(start + group, self.n_layers))
