@@ -11,7 +11,9 @@ built for that exact shape and kept in a cache of ``MLX_CUDA_SDPA_CACHE_SIZE`` (
 process whose misses in that cache pass twice its size raises "Cache thrashing is happening";
 float32 takes MLX's own kernels. This prints the median milliseconds of a shape seen before, of the
 first 50 and the first 200 new shapes (keys 300, 301, ...), and whether a new shape raised and after
-how many. The shapes are those of the embedded model (9 query and 3 KV heads of 64).
+how many. The shapes are those of the embedded model (9 query and 3 KV heads of 64). It runs with
+MLX's own settings, the fuse on unless the environment turns it off, whereas Lanes turns it off
+(``engine.model.machine.MLX_DEFAULTS``): whether it raises is what this looks for.
 """
 
 from __future__ import annotations

@@ -13,11 +13,13 @@ from engine.model.lane_cache import LaneCache
 HEADS, DIM = 2, 3
 
 
-def stream(length: int, fill: float) -> list[KVCache]:
+def stream(length: int, fill: float, heads: int = HEADS, dim: int = DIM) -> list[KVCache]:
+    """One layer's cache of a stream (repeat it for more layers: the lanes copy what they take)."""
     c = KVCache()
-    c.keys = mx.full((1, HEADS, length, DIM), fill)
-    c.values = mx.full((1, HEADS, length, DIM), -fill)
+    c.keys = mx.full((1, heads, length, dim), fill)
+    c.values = mx.full((1, heads, length, dim), -fill)
     c.offset = length
+    mx.eval(c.keys, c.values)
     return [c]
 
 
@@ -83,17 +85,6 @@ def test_several_streams_get_offsets_and_masks() -> None:
     assert np.array(view.make_mask(1))[:, 0, 0].tolist() == [[True] * 6, [True] * 4 + [False] * 2]
 
 
-def _kv(length: int, fill: float, layers: int) -> list[KVCache]:
-    out = []
-    for _ in range(layers):
-        c = KVCache()
-        c.keys, c.values = mx.full((1, 4, length, 64), fill), mx.full((1, 4, length, 64), -fill)
-        c.offset = length
-        out.append(c)
-    mx.eval([(c.keys, c.values) for c in out])
-    return out
-
-
 def test_joins_leaves_and_growth_copy_the_lanes_a_few_layers_at_a_time() -> None:
     """Joining, leaving and a longer capacity copy every row (MLX arrays do not resize); done a group
     of layers at a time, the lanes are never held twice over: on a machine whose KV share is full
@@ -101,9 +92,9 @@ def test_joins_leaves_and_growth_copy_the_lanes_a_few_layers_at_a_time() -> None
     layers = 24
     lanes = LaneCache(layers)
     for i in range(6):
-        lanes.add(_kv(1000, float(i + 1), layers))
+        lanes.add(stream(1000, float(i + 1), 4, 64) * layers)
     size = sum(k.nbytes + v.nbytes for k, v in zip(lanes.keys, lanes.values, strict=True))  # 6 x 24 x 2 MiB
-    newcomer = _kv(1000, 7.0, layers)
+    newcomer = stream(1000, 7.0, 4, 64) * layers
     for change in (lambda: lanes.add(newcomer), lambda: lanes.remove(2)):
         mx.synchronize()
         mx.clear_cache()
@@ -134,9 +125,9 @@ def test_a_leave_moves_the_last_row_and_a_join_fills_the_spare_one() -> None:
     layers = 24
     lanes = LaneCache(layers)
     for i in range(6):
-        lanes.add(_kv(1000, float(i + 1), layers))
+        lanes.add(stream(1000, float(i + 1), 4, 64) * layers)
     row = sum(k.nbytes + v.nbytes for k, v in zip(lanes.keys, lanes.values, strict=True)) / 6
-    for change in (lambda: lanes.remove(1), lambda: lanes.add(_kv(500, 9.0, layers))):
+    for change in (lambda: lanes.remove(1), lambda: lanes.add(stream(500, 9.0, 4, 64) * layers)):
         mx.synchronize()
         mx.clear_cache()
         mx.reset_peak_memory()
@@ -162,7 +153,7 @@ def test_streams_about_to_join_get_rows_made_with_the_copy_that_makes_room() -> 
     one makes rows for them too, and each then writes only its own row."""
     layers = 8
     lanes = LaneCache(layers)
-    lanes.add(_kv(300, 1.0, layers), spare=2)
+    lanes.add(stream(300, 1.0, 4, 64) * layers, spare=2)
     assert (lanes.batch, lanes.slots) == (1, 3)
     row = sum(k.nbytes + v.nbytes for k, v in zip(lanes.keys, lanes.values, strict=True)) / 3
     for fill in (2.0, 3.0):
@@ -170,8 +161,8 @@ def test_streams_about_to_join_get_rows_made_with_the_copy_that_makes_room() -> 
         mx.clear_cache()
         mx.reset_peak_memory()
         before = mx.get_active_memory()
-        lanes.add(_kv(300, fill, layers))
+        lanes.add(stream(300, fill, 4, 64) * layers)
         assert mx.get_peak_memory() - before < 2 * row and lanes.slots == 3
-    lanes.add(_kv(200, 4.0, layers))  # no row left: every row copied into four
+    lanes.add(stream(200, 4.0, 4, 64) * layers)  # no row left: every row copied into four
     assert lanes.slots == lanes.batch == 4 and lanes.lengths == [300, 300, 300, 200]
     assert [float(lanes.keys[layers - 1][r, 3, 199, 63]) for r in range(4)] == [1.0, 2.0, 3.0, 4.0]

@@ -357,10 +357,11 @@ def markdown(result: dict[str, Any]) -> str:
         backend = f"BLAS {m['blas']}" + (f" ({m['blas_core']})" if m.get("blas_core") else "")
     else:
         backend = m.get("gpu", "")
+    settings = changed_settings(m.get("mlx_env", {}))
     lines.append("")
     lines.append(f"Model {result['model']} ({result.get('passes', 'own')} passes); {n} streams; machine: "
                  f"{m.get('processor')}, {m.get('cores')} cores, {m.get('device')}, {backend}"
-                 + "".join(f", {c}" for c in [changed_settings(m.get("mlx_env", {}))] if c))
+                 + (f", {settings}" if settings else ""))
     if diffs:
         reference = "the plain cell's seeded replies" if "sampling" in result else "mlx-lm"
         lines += ["", f"Streams not token-equal to {reference}:", *diffs]
