@@ -18,7 +18,9 @@
 # models, `make-model embedded-8bit`: copy-heavy at 1 and 4 streams, no-copy at 4, in the dtype people's
 # models compute in, whose attention of several query rows MLX's CUDA backend runs as a cuDNN graph built
 # per exact shape, where float32's runs MLX's own ops), bf16-ops (bf16 with MLX_CUDA_USE_CUDNN_SDPA=0:
-# every such attention on MLX's own ops; STEPS="bf16 bf16-ops" is the A/B), attention (`scripts/attention_shapes.py`:
+# every such attention on MLX's own ops; STEPS="bf16 bf16-ops" is the A/B), joins (the embedded model at
+# 16 streams of mixed, whose prompts join at once: each prefilled alone against several in one pass of up
+# to one chunk's padded positions, Lanes' default, or four; engine.rounds.joins), attention (`scripts/attention_shapes.py`:
 # masked attention of a drafting round's shape, new shapes against a repeated one, bfloat16 and float32), tiny (tiny random models of each cache kind through copy-heavy:
 # token equality and near-tie margins), server (`make bench-server`'s load and agent runs: the agent
 # workload through `lanes serve` and `mlx_lm.server` on the embedded model's llama folder; the
@@ -112,6 +114,8 @@ for step in $STEPS; do
         t=$(budget) || break
         timeout "$t" python3 scripts/attention_shapes.py --dtype "$dtype" --shapes 600 2>&1 | tail -n 2
       done ;;
+    joins)  # joining prompts prefilled alone (prefill_pass=1), in passes of one chunk (the default) or four
+      bench joins-16-mixed mixed --streams 16 --cells mlx-lm-batch,plain:prefill_pass=1,plain,plain:prefill_pass=2048 ;;
     bf16|bf16-ops)  # bf16-ops: the same with MLX_CUDA_USE_CUDNN_SDPA=0, files named *-ops
       python3 -m engine.cli make-model embedded-8bit "$OUT/embedded-8bit" >/dev/null
       (

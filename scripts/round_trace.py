@@ -14,9 +14,10 @@ milliseconds; with several cells, each cell's ratio to the first per repeat (cel
 one unmeasured run of each: the first run of a shape compiles its kernels on a GPU). The JSON
 holds each run's summary, with what the allocator expected its drafting rounds to gain and cost.
 ``--temperature`` samples every reply (seeded by its place in the workload, so every cell and repeat
-writes the same replies), top-p ``--top-p``; cells ``mlx-lm`` and ``mlx-lm-batch`` then time mlx-lm
-with its own sampler at those settings, as ``lanes bench --temperature`` does. ``--accelerator`` runs
-a GPU's round logic (passes that speculate ahead) on any device, to try the paths on a CPU. What it measured on the H200 is in docs/engine.md ("What happens in a round", item 7).
+writes the same replies), top-p ``--top-p``; cells ``mlx-lm`` and ``mlx-lm-batch`` time mlx-lm
+greedy, or with its own sampler at those settings, as ``lanes bench`` does. ``--accelerator`` runs
+a GPU's round logic (passes that speculate ahead, prompt chunks of a GPU's length) on any device, to
+try the paths on a CPU. What it measured on the H200 is in docs/engine.md ("What happens in a round", item 7).
 """
 
 from __future__ import annotations
@@ -147,10 +148,10 @@ def summarise(rounds: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def mlx_lm_tok_s(loaded: Any, items: Any, batch: bool) -> float:
-    """mlx-lm's own generation of the workload with its sampler at SAMPLING's settings: tokens a second."""
+    """mlx-lm's own generation of the workload, greedy or with its sampler at SAMPLING's settings: tokens a second."""
     from engine.bench.runner import Sampling, run_mlx_lm, run_mlx_lm_batch  # this tree's runner: not a base's
 
-    sampling = Sampling(SAMPLING["temperature"], SAMPLING["top_p"])
+    sampling = Sampling(SAMPLING["temperature"], SAMPLING["top_p"]) if SAMPLING else None
     return (run_mlx_lm_batch if batch else run_mlx_lm)(loaded, items, prompts_for(loaded, items), sampling).tok_s
 
 
@@ -177,6 +178,7 @@ def main() -> None:
     loaded = load_model(args.model)
     if args.accelerator:
         loaded = replace(loaded, passes=ACCELERATOR)
+        sched_mod.CPU_PREFILL_CHUNK = sched_mod.PREFILL_CHUNK
     items = load_workload(args.workload, args.max_tokens)
     if args.streams:
         items = at_streams(items, args.streams)
@@ -192,8 +194,6 @@ def main() -> None:
             if args.temperature > 0:
                 SAMPLING.update(temperature=args.temperature, top_p=args.top_p, seed=0)
             if spec.startswith("mlx-lm"):
-                if not SAMPLING:
-                    raise SystemExit("mlx-lm cells here are for sampled runs (--temperature); `lanes bench` times greedy ones")
                 tok_s = mlx_lm_tok_s(loaded, items, batch=spec == "mlx-lm-batch")
                 if rep:
                     runs[spec].append({**summarise([]), "tok_s": tok_s})

@@ -168,6 +168,42 @@ def test_follow_up_turns_reuse_every_kind_of_cache(tiny: LoadedModel) -> None:
     same_as_mlx_lm(tiny, follow, list(second.tokens), ref(tiny, follow, 12))
 
 
+@pytest.mark.parametrize("accelerated", [False, True])
+def test_prompts_joining_together_share_a_pass_and_stay_equal(tiny: LoadedModel, accelerated: bool) -> None:
+    """Three chats sent at once, one of them a follow-up that starts from its first turn's caches,
+    between two that start from nothing: their prompts are prefilled in one pass (engine.rounds.joins),
+    and every reply equals mlx-lm's. ``accelerated``: with a GPU's passes."""
+    if accelerated:
+        tiny = replace(tiny, passes=accelerator(tiny.model, tiny.kinds))
+    events: list[Event] = []
+    sched = Scheduler(tiny, events.append)
+    first = chat(tiny, prompts.FRANCE)
+    sched.submit(Request(prompt_tokens=tuple(first), max_tokens=6, conversation="c1"))
+    while sched.busy:
+        sched.step()
+    reply = next(e for e in events if isinstance(e, Finished))
+    follow = [*first, *reply.tokens, *chat(tiny, "And of Spain?")[1:]]
+    reqs = [Request(prompt_tokens=tuple(chat(tiny, prompts.OPEN)), max_tokens=MAX),
+            Request(prompt_tokens=tuple(follow), max_tokens=MAX, conversation="c1"),
+            Request(prompt_tokens=tuple(chat(tiny, prompts.FRANCE)), max_tokens=MAX)]
+    chunks = [len(follow) - (len(first) + len(reply.tokens) - 1), len(reqs[0].prompt_tokens or ()),
+              len(reqs[2].prompt_tokens or ())]
+    assert 3 * max(chunks) <= sched.prefill_pass  # all three fit one pass
+    for r in reqs:
+        sched.submit(r)
+    sched.step()
+    assert sched.prefills_joined == 1 and not sched.joining and len(sched.active) == 3
+    for row, s in enumerate(sched.active):
+        assert sched.lanes.lengths[row] == len(s.prompt) + len(s.output) - 1
+    while sched.busy:
+        sched.step()
+    done = {e.request_id: e for e in events if isinstance(e, Finished)}
+    assert done[reqs[1].id].stats.prefill_reused == len(first) + len(reply.tokens) - 1
+    for r in reqs:
+        prompt = list(r.prompt_tokens or ())
+        same_as_mlx_lm(tiny, prompt, list(done[r.id].tokens), ref(tiny, prompt, MAX))
+
+
 def test_real_weights_in_another_architecture_copy_and_stay_equal(loaded, tmp_path_factory) -> None:
     """The embedded model's weights in mlx-lm's qwen2 module (the generic pass, not llama's): the
     real proposer's copies land, and every token equals mlx-lm's."""

@@ -14,8 +14,9 @@ entry of ``min_match`` alone. The cell keeps its spec as its name in tables and 
 One setting is the engine's, not the family's: ``context_cost=false`` runs the cell with the cost
 model as it was before contexts were priced (every round priced as if at the calibration's 64 keys;
 ``engine.drafts.context_cost``), so the two can be compared side by side; so are ``generic_pass=true``
-(the generic pass where the model has faster ones) and ``compiled=false`` (an accelerator's passes
-uncompiled).
+(the generic pass where the model has faster ones), ``compiled=false`` (an accelerator's passes
+uncompiled) and ``prefill_pass=N`` (padded positions a pass that prefills several joining streams may
+take, ``engine.rounds.joins``; 1 prefills each stream alone).
 """
 
 from __future__ import annotations
@@ -45,9 +46,10 @@ SETTINGS: Mapping[str, type] = MappingProxyType({
     "context_cost": bool,
     "generic_pass": bool,
     "compiled": bool,
+    "prefill_pass": int,
 })
 INT_MINIMUM: Mapping[str, int] = MappingProxyType({"brief_match": 0})  # 0 turns it off; others start at 1
-ENGINE_SETTINGS = ("context_cost", "generic_pass", "compiled")  # not family settings: with_settings leaves them out
+ENGINE_SETTINGS = ("context_cost", "generic_pass", "compiled", "prefill_pass")  # not family settings: with_settings leaves them out
 _TRUE, _FALSE = ("true", "on", "yes", "1"), ("false", "off", "no", "0")
 
 
@@ -79,6 +81,12 @@ class Cell:
     def compiled(self) -> bool:
         """Whether an accelerator's padded passes stay compiled (the default; engine.passes.compiled)."""
         return bool(self.settings.get("compiled", True))
+
+    @property
+    def prefill_pass(self) -> int | None:
+        """Padded positions of a pass that prefills several joining streams (None: the scheduler's own)."""
+        value = self.settings.get("prefill_pass")
+        return None if value is None else int(value)
 
     def with_settings(self, family: Family) -> Family:
         """``family`` with this cell's settings applied (the family itself when there are none)."""

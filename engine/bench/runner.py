@@ -50,6 +50,7 @@ class CellRun:
     rounds_grouped: int = 0  # rounds run as a grouped pass (engine.passes.grouped)
     rounds_host: int = 0  # rounds run by numpy (engine.passes.numpy_pass)
     chunks_ridden: int = 0  # prefill chunks computed inside a round's pass
+    prefills_joined: int = 0  # passes that prefilled several joining streams (engine.rounds.joins)
     histogram: dict[int, int] = field(default_factory=dict)  # drafts accepted per window -> windows
     # Lanes cells: each stream's seconds from submit to finish and the rounds it took part in.
     finish_s: dict[str, float] = field(default_factory=dict)
@@ -133,6 +134,8 @@ def run_lanes(loaded: LoadedModel, items: list[WorkItem], costs: CostModel, cell
     loaded = replace(loaded, family=cell.with_settings(loaded.family))
     loaded = replace(loaded, passes=cell_passes(loaded, cell))
     sched = Scheduler(loaded, emit, costs=costs)
+    if cell.prefill_pass is not None:
+        sched.prefill_pass = cell.prefill_pass
     t0 = time.perf_counter()
     for line, it in enumerate(items):
         sampled = {"temperature": sampling.temperature, "top_p": sampling.top_p, "seed": line} if sampling else {}
@@ -149,6 +152,7 @@ def run_lanes(loaded: LoadedModel, items: list[WorkItem], costs: CostModel, cell
     run.rounds_grouped = sched.rounds_grouped
     run.rounds_host = sched.rounds_host
     run.chunks_ridden = sched.chunks_ridden
+    run.prefills_joined = sched.prefills_joined
     run.histogram = dict(sorted(sched.histogram.items()))
     for it in items:
         f = finished[it.id]
@@ -301,7 +305,8 @@ def _summarise(
                 "forward_s": run.forward_s, "host_s": run.host_s, "engine_rounds": run.rounds,
                 "rounds_ahead": run.rounds_ahead, "aheads_dropped": run.aheads_dropped,
                 "rounds_grouped": run.rounds_grouped, "rounds_host": run.rounds_host,
-                "chunks_ridden": run.chunks_ridden, "blas_threads": run.blas_threads,
+                "chunks_ridden": run.chunks_ridden,
+                "prefills_joined": run.prefills_joined, "blas_threads": run.blas_threads,
                 "accepted_per_window": run.histogram,
             })
             for src, c in run.rows.items():

@@ -205,8 +205,11 @@ class LaneCache:
     def _put(self, layer: int, rows: Sequence[int], keys: mx.array, values: mx.array) -> tuple[mx.array, mx.array]:
         """Write ``keys[i]`` / ``values[i]`` at row ``rows[i]``'s length; return the layer's buffers."""
         kbuf, vbuf = self.keys[layer], self.values[layer]
-        assert kbuf is not None and vbuf is not None
         width = keys.shape[2]
+        if kbuf is None or vbuf is None:  # every stream joined with nothing cached (``add``)
+            cap = capacity_for(max(self.lengths) + width - 1)
+            kbuf, vbuf = (mx.zeros((self.batch, a.shape[1], cap, a.shape[3]), a.dtype) for a in (keys, values))
+            self.keys[layer], self.values[layer] = kbuf, vbuf
         at = {self.lengths[r] for r in rows}
         if len(rows) == self.batch and len(at) == 1 and not self.fixed:  # one block write when every row is as long
             (start,) = at
@@ -334,19 +337,18 @@ class LaneCache:
         def append(i: int) -> None:
             c = caches[i]
             if isinstance(c, ArraysCache):
-                self.states[i] = [a if old is None else mx.concatenate([old, a])
-                                  for old, a in zip(self.states[i], c.cache, strict=True)]
+                self.states[i] = [_stack(old, a, row) for old, a in zip(self.states[i], c.cache, strict=True)]
                 return
             assert c.offset == length, "caches of one stream hold as many tokens each"
             kb, vb = self.keys[i], self.values[i]
             if fill and kb is not None and vb is not None:  # positions past its length are masked
-                kb[row : row + 1, :, :length, :] = c.keys[..., :length, :]
-                vb[row : row + 1, :, :length, :] = c.values[..., :length, :]
+                if c.keys is not None:
+                    kb[row : row + 1, :, :length, :] = c.keys[..., :length, :]
+                    vb[row : row + 1, :, :length, :] = c.values[..., :length, :]
                 return
             pad = [(0, spare), (0, 0), (0, cap - length), (0, 0)]
-            k, v = mx.pad(c.keys[..., :length, :], pad), mx.pad(c.values[..., :length, :], pad)
-            self.keys[i] = k if kb is None else mx.concatenate([kb, k], axis=0)
-            self.values[i] = v if vb is None else mx.concatenate([vb, v], axis=0)
+            k, v = (None, None) if c.keys is None else (mx.pad(a[..., :length, :], pad) for a in (c.keys, c.values))
+            self.keys[i], self.values[i] = _stack(kb, k, row, spare), _stack(vb, v, row, spare)
 
         self._rebuild(append)
         self.lengths.append(length)
@@ -406,11 +408,11 @@ class LaneCache:
                 a.cache = [mx.contiguous(s[row : row + 1]) if s is not None else None for s in states]
                 out.append(a)
                 continue
-            assert k is not None and v is not None
             c = KVCache()
-            c.keys = mx.contiguous(k[row : row + 1, :, :length, :])
-            c.values = mx.contiguous(v[row : row + 1, :, :length, :])
-            c.offset = length
+            if k is not None and v is not None:  # None: it joined with nothing cached, and no pass ran since
+                c.keys = mx.contiguous(k[row : row + 1, :, :length, :])
+                c.values = mx.contiguous(v[row : row + 1, :, :length, :])
+                c.offset = length
             out.append(c)
         mx.eval(cache_arrays(out))
         return out
@@ -425,6 +427,17 @@ class LaneCache:
                 self.keys[i], self.values[i] = mx.pad(k[: self.batch], widths), mx.pad(v[: self.batch], widths)
 
         self._rebuild(pad)
+
+
+def _stack(old: mx.array | None, new: mx.array | None, rows: int, spare: int = 0) -> mx.array | None:
+    """A buffer's ``rows`` rows with a stream's (``new``, ``spare`` rows after it) appended. Rows with
+    nothing cached yet (None, as in mlx-lm's fresh caches) get zeros, what mlx-lm's layers start from,
+    once another stream shows the shape; until then the buffer stays None (``_put`` makes it)."""
+    if new is None:
+        return None if old is None else mx.concatenate([old, mx.zeros((1 + spare, *old.shape[1:]), old.dtype)])
+    if old is None:
+        return new if rows == 0 else mx.concatenate([mx.zeros((rows, *new.shape[1:]), new.dtype), new])
+    return mx.concatenate([old, new])
 
 
 def capacity_for(positions: int) -> int:

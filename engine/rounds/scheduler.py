@@ -1,11 +1,13 @@
 """Shared rounds: every active stream advances in one batched forward pass.
 
-``Scheduler.step()`` runs one round for the active streams and at most one prefill chunk of a joining
-stream. Where the model has grouped passes (``engine.passes.grouped``) the chunk rides in the round's
-own pass, so running streams keep their pace while a long prompt joins; elsewhere it runs after the
-round, and stalls them by at most one chunk. On the CPU a round without a chunk runs on numpy
-(``engine.passes.numpy_pass``), for the models it knows. It runs on whichever single thread owns MLX
-(the engine thread, or the benchmark's main thread) and reports through ``emit``.
+``Scheduler.step()`` runs one round for the active streams and at most one prefill pass for joining
+streams: the first one's next chunk, with those of short prompts after it (``engine.rounds.joins``).
+Where the model has grouped passes (``engine.passes.grouped``) the first one's chunk rides in the
+round's own pass, so running streams keep their pace while a long prompt joins; elsewhere the pass
+runs after the round, and stalls them by at most one chunk's tokens. On the CPU a round without a
+chunk runs on numpy (``engine.passes.numpy_pass``), for the models it knows. It runs on whichever
+single thread owns MLX (the engine thread, or the benchmark's main thread) and reports through
+``emit``.
 """
 from __future__ import annotations
 
@@ -29,7 +31,6 @@ from engine.events import (
     Failed,
     Notice,
     Origin,
-    Reading,
     Request,
     RoundStats,
     Tokens,
@@ -48,7 +49,7 @@ from engine.model.memory_limits import (
 )
 from engine.model.turn_cache import PREFIX, ConversationCache
 from engine.passes.grouped import Chunk, grouped_logits
-from engine.rounds import run_ahead
+from engine.rounds import joins, run_ahead
 from engine.rounds.admission import Admission
 from engine.rounds.calibration import calibrate
 from engine.rounds.round_plan import Joining, Round, RoundPlan, RunAhead
@@ -87,6 +88,9 @@ class Scheduler:
         self.costs.grouped = passes.grouped
         self.row_multiple = passes.row_multiple
         self.prefill_chunk = CPU_PREFILL_CHUNK if loaded.device == "cpu" else PREFILL_CHUNK
+        # Padded positions (streams x the longest chunk) of a pass that prefills several joining
+        # streams (engine.rounds.joins): one chunk's, so no such pass costs more than a long prompt's chunk.
+        self.prefill_pass = self.prefill_chunk
         self.blas = blas_threads.tuner() if loaded.device == "cpu" else None  # threads the load leaves
         self.limits = limits or limits_for(machine_memory(), weight_bytes(self.model),
                                            kv_bytes_per_token(self.model, list(loaded.kinds)), budget=memory_limit)
@@ -107,6 +111,7 @@ class Scheduler:
         # Rounds run as a grouped pass (engine.passes.grouped), by numpy (engine.passes.numpy_pass);
         # prefill chunks computed inside a round's (grouped) pass.
         self.rounds_grouped, self.rounds_host, self.chunks_ridden = 0, 0, 0
+        self.prefills_joined = 0  # passes that prefilled several joining streams (engine.rounds.joins)
 
     # -- requests ------------------------------------------------------------
     def submit(self, request: Request) -> None:
@@ -183,9 +188,9 @@ class Scheduler:
             self._admit_waiting()
             rode = False
             if self.active:
-                rode = self._round(self._rider())
+                rode = self._round(joins.rider(self))
             if self.joining:
-                self._prefill_chunk(compute=not rode)
+                joins.prefill(self, compute=not rode)
 
     def calibrate(self, repeats: int = 2) -> None:
         """Time the forward pass at a few shapes here, before any stream (``engine.rounds.calibration``)."""
@@ -209,39 +214,6 @@ class Scheduler:
             if s.cancelled:
                 s.stop_reason = "cancelled"
                 self._leave(row)
-
-    def _chunk_end(self, job: Joining) -> int:
-        return min(job.done + self.prefill_chunk, len(job.stream.prompt) - 1)
-
-    def _rider(self) -> Joining | None:
-        """The joining stream whose next chunk can ride in this round's pass, if any (not while a round
-        that ran ahead is pending: its pass is already queued)."""
-        if not self.joining or self.ahead is not None or not self.costs.grouped:
-            return None
-        job = self.joining[0]
-        return job if self._chunk_end(job) > job.done else None
-
-    def _prefill_chunk(self, compute: bool = True) -> None:
-        """Prefill the first joining stream's next chunk (unless it rode in the round: ``compute``
-        False), and move it to the active streams once its prompt is in."""
-        job = self.joining[0]
-        s = job.stream
-        try:
-            end = self._chunk_end(job)
-            if compute and end > job.done:
-                self.passes.prefill(self.model, s.prompt[job.done : end], job.caches)
-                job.done = end
-            if len(s.prompt) - s.reused > self.prefill_chunk:  # long enough to show how far it read
-                self.emit(Reading(s.id, job.done, len(s.prompt)))
-            if job.done < len(s.prompt) - 1:
-                return
-            self.joining.pop(0)
-            self.lanes.add(job.caches, job.done, spare=len(self.joining))
-            self.active.append(s)
-        except Exception as exc:  # one stream's failure leaves the others running
-            if self.joining and self.joining[0] is job:
-                self.joining.pop(0)
-            self._fail(s, exc)
 
     def _plan(self) -> RoundPlan:
         windows: list[Window | None] = []
@@ -327,7 +299,7 @@ class Scheduler:
         ahead = run_ahead.claim(self, plan, width)
         chunk = None
         if rider is not None and ahead is None:
-            chunk = Chunk(rider.stream.prompt[rider.done : self._chunk_end(rider)], rider.caches)
+            chunk = Chunk(rider.stream.prompt[rider.done : joins.chunk_end(self, rider)], rider.caches)
         r = Round(plan, drafts, rows, sampling, "padded", chunk, ahead, keys=max(self.lanes.lengths),
                   waited=pending and ahead is None)
         if ahead is not None:
