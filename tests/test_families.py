@@ -149,22 +149,27 @@ def test_greedy_equals_mlx_lm_under_adversarial_drafts(tiny: LoadedModel, monkey
     assert 0 < accepted < tested  # drafts landed and drafts were rejected: rollback ran
 
 
+def first_turn(sched: Scheduler, events: list[Event], prompt: list[int], max_tokens: int) -> list[int]:
+    """Run conversation "c1"'s first turn to its end; returns its reply's tokens."""
+    sched.submit(Request(prompt_tokens=tuple(prompt), max_tokens=max_tokens, conversation="c1"))
+    while sched.busy:
+        sched.step()
+    return list(next(e for e in events if isinstance(e, Finished)).tokens)
+
+
 def test_follow_up_turns_reuse_every_kind_of_cache(tiny: LoadedModel) -> None:
     """A conversation's second turn starts from the first turn's caches (recurrent states too) and
     still equals mlx-lm's answer to the whole prompt."""
     events: list[Event] = []
     sched = Scheduler(tiny, events.append)
     first = chat(tiny, prompts.CODE)
-    sched.submit(Request(prompt_tokens=tuple(first), max_tokens=12, conversation="c1"))
-    while sched.busy:
-        sched.step()
-    reply = next(e for e in events if isinstance(e, Finished))
-    follow = [*first, *reply.tokens, *chat(tiny, prompts.FRANCE)[1:]]
+    reply = first_turn(sched, events, first, 12)
+    follow = [*first, *reply, *chat(tiny, prompts.FRANCE)[1:]]
     sched.submit(Request(prompt_tokens=tuple(follow), max_tokens=12, conversation="c1"))
     while sched.busy:
         sched.step()
     second = [e for e in events if isinstance(e, Finished)][-1]
-    assert second.stats.prefill_reused == len(first) + len(reply.tokens) - 1
+    assert second.stats.prefill_reused == len(first) + len(reply) - 1
     same_as_mlx_lm(tiny, follow, list(second.tokens), ref(tiny, follow, 12))
 
 
@@ -178,15 +183,12 @@ def test_prompts_joining_together_share_a_pass_and_stay_equal(tiny: LoadedModel,
     events: list[Event] = []
     sched = Scheduler(tiny, events.append)
     first = chat(tiny, prompts.FRANCE)
-    sched.submit(Request(prompt_tokens=tuple(first), max_tokens=6, conversation="c1"))
-    while sched.busy:
-        sched.step()
-    reply = next(e for e in events if isinstance(e, Finished))
-    follow = [*first, *reply.tokens, *chat(tiny, "And of Spain?")[1:]]
+    reply = first_turn(sched, events, first, 6)
+    follow = [*first, *reply, *chat(tiny, "And of Spain?")[1:]]
     reqs = [Request(prompt_tokens=tuple(chat(tiny, prompts.OPEN)), max_tokens=MAX),
             Request(prompt_tokens=tuple(follow), max_tokens=MAX, conversation="c1"),
             Request(prompt_tokens=tuple(chat(tiny, prompts.FRANCE)), max_tokens=MAX)]
-    chunks = [len(follow) - (len(first) + len(reply.tokens) - 1), len(reqs[0].prompt_tokens or ()),
+    chunks = [len(follow) - (len(first) + len(reply) - 1), len(reqs[0].prompt_tokens or ()),
               len(reqs[2].prompt_tokens or ())]
     assert 3 * max(chunks) <= sched.prefill_pass  # all three fit one pass
     for r in reqs:
@@ -198,7 +200,7 @@ def test_prompts_joining_together_share_a_pass_and_stay_equal(tiny: LoadedModel,
     while sched.busy:
         sched.step()
     done = {e.request_id: e for e in events if isinstance(e, Finished)}
-    assert done[reqs[1].id].stats.prefill_reused == len(first) + len(reply.tokens) - 1
+    assert done[reqs[1].id].stats.prefill_reused == len(first) + len(reply) - 1
     for r in reqs:
         prompt = list(r.prompt_tokens or ())
         same_as_mlx_lm(tiny, prompt, list(done[r.id].tokens), ref(tiny, prompt, MAX))

@@ -23,17 +23,19 @@ from engine.rounds.scheduler import Scheduler
 from tests import prompts
 
 
-@pytest.mark.parametrize(("chunks", "budget", "n"), [
-    ([120, 60, 200, 40], 512, 2),  # the worked example: 3 x 200 = 600 would pass the budget
-    ([40, 40, 40], 128, 3),  # 3 x 40 = 120
-    ([40, 40, 40, 40], 128, 3),
-    ([600, 10], 512, 1),  # a chunk over the budget still goes, alone
-    ([30, 100, 10], 256, 2),  # 3 x 100 = 300
-    ([], 512, 1),
-    ([10, 10], 1, 1),  # a budget of 1: each alone
+@pytest.mark.parametrize(("chunks", "budget", "chosen"), [
+    ([120, 60, 200, 40], 512, [0, 1, 3]),  # the worked example: 4 x 200 = 800 would pass the budget
+    ([40, 40, 40], 128, [0, 1, 2]),  # 3 x 40 = 120
+    ([40, 40, 40, 40], 128, [0, 1, 2]),
+    ([600, 10], 512, [0]),  # the first goes even over the budget, alone
+    ([265, 40, 396, 101, 265, 40], 512, [0]),  # 2 x 265 would pass it: the long first goes alone
+    ([40, 396, 101, 265, 40, 396, 101], 512, [0, 2, 4, 6]),  # 4 x 101; 5 x 265 would not fit
+    ([], 512, []),
+    ([10, 10], 1, [0]),  # a budget of 1: each alone
 ])
-def test_packed_takes_the_first_streams_that_fit(chunks: list[int], budget: int, n: int) -> None:
-    assert packed(chunks, budget) == n
+def test_packed_takes_the_first_stream_and_the_shortest_that_fit(chunks: list[int], budget: int,
+                                                              chosen: list[int]) -> None:
+    assert packed(chunks, budget) == chosen
 
 
 def _prefilled(loaded: LoadedModel, tokens: list[int]) -> list:

@@ -9,9 +9,9 @@ mask hides the padding, and a recurrent layer's state stops at each stream's rea
 joining streams' own caches are only read: the pass's results come back as new caches, so a pass
 that raises leaves every stream as it was.
 
-``packed`` decides how many join a pass: as many of the first joining streams as fit a budget of
-padded positions (streams x the longest chunk; the scheduler's ``prefill_pass``, one chunk's
-tokens), so no such pass costs more than one long prompt's chunk does.
+``packed`` decides which join a pass: the first joining stream and as many others, shortest chunks
+first, as fit a budget of padded positions (streams x the longest chunk; the scheduler's
+``prefill_pass``, one chunk's tokens), so no such pass costs more than one long prompt's chunk does.
 """
 
 from __future__ import annotations
@@ -26,20 +26,25 @@ from engine.model.cache_kinds import LayerKind
 from engine.model.lane_cache import LaneCache
 
 
-def packed(chunks: Sequence[int], budget: int) -> int:
-    """How many of the first joining streams one pass prefills, given each one's next chunk
-    (``chunks``: tokens, in joining order) and ``budget`` padded positions: at least one.
+def packed(chunks: Sequence[int], budget: int) -> list[int]:
+    """Which joining streams one pass prefills, given each one's next chunk (``chunks``: tokens, in
+    joining order) and ``budget`` padded positions (streams x the longest chunk): the first, so every
+    stream's turn comes, then the others shortest first while they fit.
 
-    Worked example, budget 512: chunks [120, 60, 200, 40] take 1 x 120, then 2 x 120 = 240, and the
-    third would make 3 x 200 = 600 > 512, so 2 join this pass (the third and fourth wait their turn).
+    Worked example, budget 512: chunks [120, 60, 200, 40] take the first (1 x 120), then 40
+    (2 x 120 = 240) and 60 (3 x 120 = 360); 200 would make 4 x 200 = 800 > 512, so [0, 1, 3] join
+    this pass and the third waits its turn.
     """
-    n, width = 0, 0
-    for c in chunks:
-        wider = max(width, c)
-        if n and (n + 1) * wider > budget:
-            break
-        n, width = n + 1, wider
-    return max(n, 1)
+    if not chunks:
+        return []
+    chosen, width = [0], chunks[0]
+    for i in sorted(range(1, len(chunks)), key=lambda i: chunks[i]):
+        wider = max(width, chunks[i])
+        if (len(chosen) + 1) * wider > budget:
+            break  # the rest are longer still
+        chosen.append(i)
+        width = wider
+    return sorted(chosen)
 
 
 def prefill_together(body: nn.Module, kinds: Sequence[LayerKind], streams: Sequence[tuple[Sequence[Any], int]],

@@ -1,7 +1,7 @@
 """How joining streams are prefilled and enter the lanes, a step at a time.
 
-Each step prefills the next chunk of the first joining stream, and with it the next chunks of those
-after it that fit the same pass (``engine.passes.joined``: on an accelerator a pass of several
+Each step prefills the next chunk of the first joining stream, and with it the next chunks of other
+joining streams that fit the same pass (the shortest first) (``engine.passes.joined``: on an accelerator a pass of several
 short prompts costs about what one does). On the CPU's grouped passes the first stream's chunk rides
 in the round's own pass instead (``rider``), and prefills alone. A stream whose prompt is in (all
 but its last token, which its first round reads) joins the lanes and runs from the next round.
@@ -43,7 +43,8 @@ def prefill(sched: Scheduler, compute: bool = True) -> None:
     to the active streams."""
     jobs = sched.joining[:1]
     if compute and not sched.passes.numpy_ops:  # the CPU's grouped prefill takes one stream
-        jobs = sched.joining[:packed([chunk_end(sched, j) - j.done for j in sched.joining], sched.prefill_pass)]
+        chunks = [chunk_end(sched, j) - j.done for j in sched.joining]
+        jobs = [sched.joining[i] for i in packed(chunks, sched.prefill_pass)]
     together = [j for j in jobs if chunk_end(sched, j) > j.done]
     if compute and len(together) > 1:
         try:
