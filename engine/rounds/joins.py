@@ -39,8 +39,8 @@ def rider(sched: Scheduler) -> Joining | None:
 
 def prefill(sched: Scheduler, compute: bool = True) -> None:
     """Prefill the first joining stream's next chunk (unless it rode in the round: ``compute``
-    False), with those of the streams after it that fit one pass, and move each whose prompt is in
-    to the active streams."""
+    False), with those of other joining streams that fit one pass (``packed``), and move each whose
+    prompt is in to the active streams."""
     jobs = sched.joining[:1]
     if compute and not sched.passes.numpy_ops:  # the CPU's grouped prefill takes one stream
         chunks = [chunk_end(sched, j) - j.done for j in sched.joining]
