@@ -88,6 +88,35 @@ def test_a_shared_pass_that_raises_prefills_the_first_alone(loaded: LoadedModel,
         assert list(done[r.id].tokens) == reference(list(r.prompt_tokens or ()), 8)
 
 
+def test_a_stream_holding_a_long_chat_prefills_alone(loaded: LoadedModel, chat_prompt, reference) -> None:
+    """A follow-up whose conversation already holds more than a shared pass's positions is not
+    copied into one (it prefills alone); the two short chats sent with it share the next step's pass."""
+    generic = replace(loaded, passes=GENERIC)
+    events: list[Event] = []
+    sched = Scheduler(generic, events.append)
+    first = chat_prompt(prompts.CODE * 3)
+    assert len(first) > sched.prefill_pass
+    sched.submit(Request(prompt_tokens=tuple(first), max_tokens=4, conversation="c1"))
+    while sched.busy:
+        sched.step()
+    reply = list(next(e for e in events if isinstance(e, Finished)).tokens)
+    follow = [*first, *reply, *chat_prompt(prompts.FRANCE)[1:]]
+    reqs = [Request(prompt_tokens=tuple(follow), max_tokens=8, conversation="c1"),
+            *(Request(prompt_tokens=tuple(chat_prompt(t)), max_tokens=8) for t in (prompts.FRANCE, prompts.OPEN))]
+    for r in reqs:
+        sched.submit(r)
+    sched.step()
+    assert [s.id for s in sched.active] == [reqs[0].id] and sched.prefills_joined == 0
+    sched.step()
+    assert len(sched.active) == 3 and sched.prefills_joined == 1
+    while sched.busy:
+        sched.step()
+    done = {e.request_id: e for e in events if isinstance(e, Finished)}
+    assert done[reqs[0].id].stats.prefill_reused == len(first) + len(reply) - 1
+    for r in reqs:
+        assert list(done[r.id].tokens) == reference(list(r.prompt_tokens or ()), 8)
+
+
 def test_a_cell_sets_how_many_positions_a_shared_pass_takes(loaded: LoadedModel) -> None:
     """``lanes bench`` cells: the default shares a pass between short prompts sent together;
     ``prefill_pass=1`` prefills each alone; both answer alike."""

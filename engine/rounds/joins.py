@@ -42,9 +42,12 @@ def prefill(sched: Scheduler, compute: bool = True) -> None:
     False), with those of other joining streams that fit one pass (``packed``), and move each whose
     prompt is in to the active streams."""
     jobs = sched.joining[:1]
-    if compute and not sched.passes.numpy_ops:  # the CPU's grouped prefill takes one stream
-        chunks = [chunk_end(sched, j) - j.done for j in sched.joining]
-        jobs = [sched.joining[i] for i in packed(chunks, sched.prefill_pass)]
+    budget = sched.prefill_pass
+    if compute and not sched.passes.numpy_ops and jobs[0].done <= budget:  # CPU's grouped prefill: one stream
+        # A stream that holds more already (a long chat's next turn) prefills alone: a shared pass
+        # copies what each stream holds, twice, beside the lanes.
+        light = [j for j in sched.joining if j.done <= budget]
+        jobs = [light[i] for i in packed([chunk_end(sched, j) - j.done for j in light], budget)]
     together = [j for j in jobs if chunk_end(sched, j) > j.done]
     if compute and len(together) > 1:
         try:
