@@ -1,9 +1,9 @@
 """How joining streams are prefilled and enter the lanes, a step at a time.
 
 Each step prefills the next chunk of the first joining stream, and with it the next chunks of other
-joining streams that fit the same pass (the shortest first) (``engine.passes.joined``: on an accelerator a pass of several
-short prompts costs about what one does). On the CPU's grouped passes the first stream's chunk rides
-in the round's own pass instead (``rider``), and prefills alone. A stream whose prompt is in (all
+joining streams that fit the same pass, shortest first (``engine.passes.joined``: on an accelerator
+a pass of several short prompts costs about what one does). On the CPU's grouped passes the first
+stream's chunk rides in the round's own pass instead (``rider``), and prefills alone. A stream whose prompt is in (all
 but its last token, which its first round reads) joins the lanes and runs from the next round.
 """
 
@@ -43,9 +43,9 @@ def prefill(sched: Scheduler, compute: bool = True) -> None:
     prompt is in to the active streams."""
     jobs = sched.joining[:1]
     budget = sched.prefill_pass
-    if compute and not sched.passes.numpy_ops and jobs[0].done <= budget:  # CPU's grouped prefill: one stream
-        # A stream that holds more already (a long chat's next turn) prefills alone: a shared pass
-        # copies what each stream holds, twice, beside the lanes.
+    # The CPU's grouped prefill takes one stream. A stream that holds more than a pass already (a
+    # long chat's next turn) prefills alone: a shared pass copies what each stream holds, twice.
+    if compute and not sched.passes.numpy_ops and jobs[0].done <= budget:
         light = [j for j in sched.joining if j.done <= budget]
         jobs = [light[i] for i in packed([chunk_end(sched, j) - j.done for j in light], budget)]
     together = [j for j in jobs if chunk_end(sched, j) > j.done]
