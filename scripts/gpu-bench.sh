@@ -114,8 +114,8 @@ for step in $STEPS; do
         t=$(budget) || break
         timeout "$t" python3 scripts/attention_shapes.py --dtype "$dtype" --shapes 600 2>&1 | tail -n 2
       done ;;
-    joins)  # joining prompts prefilled alone (prefill_pass=1), in passes of one chunk (the default) or four
-      bench joins-16-mixed mixed --streams 16 --cells mlx-lm-batch,plain:prefill_pass=1,plain,plain:prefill_pass=2048 ;;
+    joins)  # joining prompts prefilled alone (prefill_pass=1), in passes of one chunk, four (the default) or eight
+      bench joins-16-mixed mixed --streams 16 --cells mlx-lm-batch,plain:prefill_pass=1,plain:prefill_pass=512,plain,plain:prefill_pass=4096 ;;
     bf16|bf16-ops)  # bf16-ops: the same with MLX_CUDA_USE_CUDNN_SDPA=0, files named *-ops
       python3 -m engine.cli make-model embedded-8bit "$OUT/embedded-8bit" >/dev/null
       (

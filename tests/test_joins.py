@@ -127,3 +127,15 @@ def test_a_cell_sets_how_many_positions_a_shared_pass_takes(loaded: LoadedModel)
     assert (shared.prefills_joined, alone.prefills_joined) == (1, 0)
     assert shared.tokens == alone.tokens
     assert parse_cell("plain:prefill_pass=2048").prefill_pass == 2048 and parse_cell("plain").prefill_pass is None
+
+
+def test_a_gpu_shares_passes_of_four_chunks_and_the_cpu_of_one(loaded: LoadedModel) -> None:
+    """The budget follows the device the model loaded on: a GPU's pass costs its kernel launches
+    more than its rows (four chunks' padded positions, 2,048), the CPU's attention pays per padded
+    position (one chunk's, 128)."""
+    on_cpu = Scheduler(loaded, lambda e: None)
+    on_gpu = Scheduler(replace(loaded, device="gpu"), lambda e: None)
+    assert (on_cpu.prefill_chunk, on_cpu.prefill_pass) == (128, 128)
+    assert (on_gpu.prefill_chunk, on_gpu.prefill_pass) == (512, 2048)
+    assert packed([300, 300, 300, 300, 500], on_gpu.prefill_pass) == [0, 1, 2, 3]  # 4 x 300; 5 x 500 would not fit
+    assert packed([300, 300], on_cpu.prefill_pass) == [0]

@@ -11,7 +11,7 @@ that raises leaves every stream as it was.
 
 ``packed`` decides which join a pass: the first joining stream and as many others, shortest chunks
 first, as fit a budget of padded positions (streams x the longest chunk; the scheduler's
-``prefill_pass``, one chunk's tokens), so no such pass costs more than one long prompt's chunk does.
+``prefill_pass``: four chunks' on a GPU, one chunk's on the CPU, where attention pays per padded position).
 A stream that already holds more positions than that prefills alone (``engine.rounds.joins``).
 """
 

@@ -63,6 +63,11 @@ log = logging.getLogger(__name__)
 # ~0.5 s instead of ~3 s; on a GPU passes are cheap and fewer chunks win.
 PREFILL_CHUNK = 512
 CPU_PREFILL_CHUNK = 128
+# Padded positions (streams x the longest chunk) of a pass that prefills several joining streams
+# (engine.rounds.joins). On a GPU four chunks' (16 streams of the mixed workload: more tok/s than
+# one chunk's, `scripts/gpu-bench.sh` step joins); on the CPU, where attention pays per padded
+# position, one chunk's.
+JOINED_PREFILL = 4 * PREFILL_CHUNK
 
 
 class Scheduler:
@@ -88,9 +93,7 @@ class Scheduler:
         self.costs.grouped = passes.grouped
         self.row_multiple = passes.row_multiple
         self.prefill_chunk = CPU_PREFILL_CHUNK if loaded.device == "cpu" else PREFILL_CHUNK
-        # Padded positions (streams x the longest chunk) of a pass that prefills several joining
-        # streams (engine.rounds.joins): one chunk's, so no such pass costs more than a long prompt's chunk.
-        self.prefill_pass = self.prefill_chunk
+        self.prefill_pass = CPU_PREFILL_CHUNK if loaded.device == "cpu" else JOINED_PREFILL
         self.blas = blas_threads.tuner() if loaded.device == "cpu" else None  # threads the load leaves
         self.limits = limits or limits_for(machine_memory(), weight_bytes(self.model),
                                            kv_bytes_per_token(self.model, list(loaded.kinds)), budget=memory_limit)
