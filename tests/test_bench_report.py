@@ -53,12 +53,12 @@ def test_a_table_orders_rows_and_names_the_machine(tmp_path: Path) -> None:
 def test_update_replaces_only_the_blocks(tmp_path: Path) -> None:
     (tmp_path / "cpu-copy-heavy.json").write_text(json.dumps(result({"plain": 4.0})))
     page = tmp_path / "page.md"
-    blocks = "".join(f"## {d}\nprose {d}\n{BEGIN.format(device=d)}\nold\n{END.format(device=d)}\n" for d in ("gpu", "cpu"))
+    blocks = "".join(f"## {d}\nprose {d}\n{BEGIN.format(device=d)}\nold\n{END.format(device=d)}\n" for d in ("gpu", "h100", "cpu"))
     blocks += f"## server\n{SERVER_BEGIN}\nold\n{END.format(device='server')}\n"
     page.write_text(f"# head\n{blocks}tail\n")
     assert update(page, tmp_path)
     text = page.read_text()
-    assert "old" not in text and "prose gpu" in text and "prose cpu" in text and text.endswith("tail\n")
+    assert "old" not in text and "prose gpu" in text and "prose h100" in text and "prose cpu" in text and text.endswith("tail\n")
     assert "| plain 4.0 |" in text and "No results yet." in text
     assert not update(page, tmp_path)  # current already
     page.write_text("# no blocks\n")

@@ -1,6 +1,6 @@
 """docs/benchmarks.md's throughput tables, made from the JSON results in docs/bench/ (``lanes bench-report``).
 
-One table per device (``cpu-*.json``, ``gpu-*.json``; the soak's, the store's and the window's results have
+One table per device (``cpu-*.json``, ``gpu-*.json`` from an H200, ``h100-*.json``; the soak's, the store's and the window's results have
 sections of their own). A row per result file: one workload at one number of streams on one model, each
 cell's median tok/s, and the ratios the issues set targets on, every one between cells measured side
 by side in that run. The baseline is ``mlx-lm-batch`` where it ran, else ``mlx-lm`` (one stream after
@@ -22,7 +22,7 @@ from engine.model.machine import changed_settings
 BEGIN = "<!-- bench-report {device}: made from docs/bench/{device}-*.json by `lanes bench-report` -->"
 SERVER_BEGIN = "<!-- bench-report server: made from docs/bench/*-server.json and *-agent.json by `lanes bench-report` -->"
 END = "<!-- /bench-report {device} -->"
-DEVICES = ("gpu", "cpu")
+DEVICES = ("gpu", "h100", "cpu")
 NOT_THROUGHPUT = ("soak", "store", "ui", "server", "agent")  # results with sections of their own
 ORDER = ("copy-heavy", "no-copy", "mixed", "heldout-copy", "heldout-mixed", "long-context")
 
