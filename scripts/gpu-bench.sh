@@ -20,7 +20,7 @@
 # per exact shape, where float32's runs MLX's own ops), bf16-ops (bf16 with MLX_CUDA_USE_CUDNN_SDPA=0:
 # every such attention on MLX's own ops; STEPS="bf16 bf16-ops" is the A/B), joins (the embedded model at
 # 16 streams of mixed, whose prompts join at once: each prefilled alone against several in one pass of up
-# to one chunk's padded positions, Lanes' default, or four; engine.rounds.joins), attention (`scripts/attention_shapes.py`:
+# to one, four (Lanes' default on a GPU) or eight chunks' padded positions; engine.rounds.joins), attention (`scripts/attention_shapes.py`:
 # masked attention of a drafting round's shape, new shapes against a repeated one, bfloat16 and float32), tiny (tiny random models of each cache kind through copy-heavy:
 # token equality and near-tie margins), server (`make bench-server`'s load and agent runs: the agent
 # workload through `lanes serve` and `mlx_lm.server` on the embedded model's llama folder; the
