@@ -21,7 +21,7 @@
 # every such attention on MLX's own ops; STEPS="bf16 bf16-ops" is the A/B), joins (the embedded model at
 # 16 streams of mixed, whose prompts join at once: each prefilled alone against several in one pass of up
 # to one, four (Lanes' default on a GPU) or eight chunks' padded positions; engine.rounds.joins), attention (`scripts/attention_shapes.py`:
-# masked attention of a drafting round's shape, new shapes against a repeated one, bfloat16 and float32), tiny (tiny random models of each cache kind through copy-heavy:
+# masked attention of a drafting round's shape, new shapes against a repeated one, bfloat16 with and without cuDNN and float32), tiny (tiny random models of each cache kind through copy-heavy:
 # token equality and near-tie margins), server (`make bench-server`'s load and agent runs: the agent
 # workload through `lanes serve` and `mlx_lm.server` on the embedded model's llama folder; the
 # wheels must then hold the server's packages too: starlette, uvicorn, pydantic, openai and theirs),
@@ -109,10 +109,11 @@ for step in $STEPS; do
             || echo "(trace failed or timed out)"
         done
       done ;;
-    attention)
-      for dtype in bfloat16 float32; do
+    attention)  # bfloat16 through cuDNN's per-shape graphs, then on MLX's own ops; float32
+      for run in bfloat16:1 bfloat16:0 float32:1; do
         t=$(budget) || break
-        timeout "$t" python3 scripts/attention_shapes.py --dtype "$dtype" --shapes 600 2>&1 | tail -n 2
+        echo "MLX_CUDA_USE_CUDNN_SDPA=${run#*:}:"
+        MLX_CUDA_USE_CUDNN_SDPA=${run#*:} timeout "$t" python3 scripts/attention_shapes.py --dtype "${run%%:*}" --shapes 600 2>&1 | tail -n 2
       done ;;
     joins)  # joining prompts prefilled alone (prefill_pass=1), in passes of one chunk, four (the default) or eight
       bench joins-16-mixed mixed --streams 16 --cells mlx-lm-batch,plain:prefill_pass=1,plain:prefill_pass=512,plain,plain:prefill_pass=4096 ;;
