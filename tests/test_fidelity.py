@@ -9,11 +9,14 @@ from dataclasses import replace
 import pytest
 
 import engine.rounds.scheduler as scheduler_mod
+from engine.bench.cell_specs import parse_cell
+from engine.bench.runner import run_lanes
+from engine.bench.workloads import WorkItem
 from engine.drafts.allocator import MIN_ROW_VALUE, Allocation
 from engine.drafts.context_cost import NO_CONTEXT_COST, ContextCost
 from engine.drafts.copy_index import Window
 from engine.drafts.cost_model import CostModel
-from engine.events import Event, Finished, Request
+from engine.events import Event, Finished, Request, RoundStats
 from engine.passes.choice import ACCELERATOR, GENERIC, accelerator
 from engine.rounds.scheduler import Scheduler
 from engine.rounds.stream import Stream
@@ -68,7 +71,9 @@ def test_greedy_equals_mlx_lm_under_adversarial_drafts(loaded, reference, chat_p
     """Host: rounds without a prompt chunk run on numpy (engine.passes.numpy_pass), the CPU's default.
     Grouped: every round of several rows runs as a grouped pass (a llama numpy's pass does not know).
     Padded: the generic pass, every round padded to its widest stream (run ahead where nothing can draft).
-    Ahead: a GPU's passes, every draft-free round's successor run ahead and dropped when it drafts.
+    Ahead: a GPU's passes, every draft-free round's successor run ahead and dropped when it drafts,
+    and a drafting round's successor run ahead with its copies' continuations, at offsets the
+    device computes (engine.rounds.run_ahead): kept whether those drafts land or not.
     Compiled: the same, the padded passes compiled over lanes of fixed shapes, as a GPU runs them."""
     grouped = mode == "grouped"
     rng = random.Random(seed)
@@ -102,6 +107,13 @@ def test_greedy_equals_mlx_lm_under_adversarial_drafts(loaded, reference, chat_p
 
     assert (sched.rounds_grouped > 0) == grouped
     assert (sched.rounds_host > 0) == (mode == "host")
+    stats = [e for e in events if isinstance(e, RoundStats)]
+    if mode in ("ahead", "compiled"):
+        assert sched.copies_continued > 0
+        # Continued drafts verified after the copy had broken (no window), and some landing anyway.
+        assert any(e.draft_rows and e.source is None for e in stats)
+    else:
+        assert sched.copies_continued == 0 and all(e.source is not None for e in stats if e.draft_rows)
     # Streams joined while others ran: their chunks rode in passes, where the passes let them.
     assert (sched.chunks_ridden > 0) == (mode in ("host", "grouped"))
     done = {e.request_id: e for e in events if isinstance(e, Finished)}
@@ -129,6 +141,7 @@ def test_copy_drafts_land_and_match(loaded, reference, chat_prompt, run_ahead_al
         for row, s in enumerate(sched.active):
             assert sched.lanes.lengths[row] == len(s.prompt) + len(s.output) - 1
     assert (sched.rounds_ahead > 0 and sched.aheads_dropped > 0) or not run_ahead_always
+    assert (sched.copies_continued > 0) == run_ahead_always
     done = {e.request_id: e for e in events if isinstance(e, Finished)}
     for r in reqs:
         assert list(done[r.id].tokens) == reference(list(r.prompt_tokens or ()), 64)
@@ -261,3 +274,16 @@ def test_each_round_is_priced_at_the_longest_context(loaded, reference, chat_pro
         assert list(done.tokens) == reference(list(prompt), 48)
         granted[name] = done.stats.rows["context"].granted
     assert granted["free"] > 10 and granted["dear"] == 0
+
+
+def test_a_cell_turns_off_continuing_copies_ahead(loaded, reference, chat_prompt) -> None:
+    """On an accelerator's passes (here on the CPU) a drafting round's successor runs ahead with the
+    copies' continuations; the cell ``on:continue_copies=false`` runs none, the A/B that
+    ``scripts/gpu-bench.sh`` measures. Both write mlx-lm's tokens."""
+    texts = (prompts.COPY, prompts.CODE)
+    items = [WorkItem(str(i), ({"role": "user", "content": t},), 48) for i, t in enumerate(texts)]
+    accelerated = replace(loaded, passes=ACCELERATOR)
+    runs = {spec: run_lanes(accelerated, items, CostModel(), parse_cell(spec)) for spec in ("on", "on:continue_copies=false")}
+    assert runs["on"].copies_continued > 0 and runs["on:continue_copies=false"].copies_continued == 0
+    for run in runs.values():
+        assert run.tokens == {str(i): reference(chat_prompt(t), 48) for i, t in enumerate(texts)}

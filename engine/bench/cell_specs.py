@@ -15,8 +15,9 @@ One setting is the engine's, not the family's: ``context_cost=false`` runs the c
 model as it was before contexts were priced (every round priced as if at the calibration's 64 keys;
 ``engine.drafts.context_cost``), so the two can be compared side by side; so are ``generic_pass=true``
 (the generic pass where the model has faster ones), ``compiled=false`` (an accelerator's passes
-uncompiled) and ``prefill_pass=N`` (padded positions a pass that prefills several joining streams may
-take, ``engine.rounds.joins``; 1 prefills each stream alone).
+uncompiled), ``prefill_pass=N`` (padded positions a pass that prefills several joining streams may
+take, ``engine.rounds.joins``; 1 prefills each stream alone) and ``continue_copies=false`` (no round
+run ahead after a drafting round, ``engine.rounds.run_ahead``).
 """
 
 from __future__ import annotations
@@ -47,9 +48,10 @@ SETTINGS: Mapping[str, type] = MappingProxyType({
     "generic_pass": bool,
     "compiled": bool,
     "prefill_pass": int,
+    "continue_copies": bool,
 })
 INT_MINIMUM: Mapping[str, int] = MappingProxyType({"brief_match": 0})  # 0 turns it off; others start at 1
-ENGINE_SETTINGS = ("context_cost", "generic_pass", "compiled", "prefill_pass")  # not family settings: with_settings leaves them out
+ENGINE_SETTINGS = ("context_cost", "generic_pass", "compiled", "prefill_pass", "continue_copies")  # not family settings: with_settings leaves them out
 _TRUE, _FALSE = ("true", "on", "yes", "1"), ("false", "off", "no", "0")
 
 
@@ -87,6 +89,11 @@ class Cell:
         """Padded positions of a pass that prefills several joining streams (None: the scheduler's own)."""
         value = self.settings.get("prefill_pass")
         return None if value is None else int(value)
+
+    @property
+    def continue_copies(self) -> bool:
+        """Whether an accelerator runs a drafting round's successor ahead with the copies' continuations."""
+        return bool(self.settings.get("continue_copies", True))
 
     def with_settings(self, family: Family) -> Family:
         """``family`` with this cell's settings applied (the family itself when there are none)."""

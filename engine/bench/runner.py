@@ -47,6 +47,7 @@ class CellRun:
     rounds: int = 0
     rounds_ahead: int = 0  # rounds started before the previous round's tokens reached the host
     aheads_dropped: int = 0  # rounds run ahead, then dropped because the round drafted after all
+    copies_continued: int = 0  # rounds run ahead after a drafting round (engine.rounds.run_ahead)
     rounds_grouped: int = 0  # rounds run as a grouped pass (engine.passes.grouped)
     rounds_host: int = 0  # rounds run by numpy (engine.passes.numpy_pass)
     chunks_ridden: int = 0  # prefill chunks computed inside a round's pass
@@ -136,6 +137,7 @@ def run_lanes(loaded: LoadedModel, items: list[WorkItem], costs: CostModel, cell
     sched = Scheduler(loaded, emit, costs=costs)
     if cell.prefill_pass is not None:
         sched.prefill_pass = cell.prefill_pass
+    sched.continue_copies = cell.continue_copies
     t0 = time.perf_counter()
     for line, it in enumerate(items):
         sampled = {"temperature": sampling.temperature, "top_p": sampling.top_p, "seed": line} if sampling else {}
@@ -148,6 +150,7 @@ def run_lanes(loaded: LoadedModel, items: list[WorkItem], costs: CostModel, cell
     run.seconds = time.perf_counter() - t0
     run.forward_s, run.host_s, run.rounds = sched.forward_s, sched.host_s, sched.round
     run.rounds_ahead = sched.rounds_ahead
+    run.copies_continued = sched.copies_continued
     run.aheads_dropped = sched.aheads_dropped
     run.rounds_grouped = sched.rounds_grouped
     run.rounds_host = sched.rounds_host
@@ -304,6 +307,7 @@ def _summarise(
                 "tok_s": run.tok_s, "seconds": run.seconds, "tokens": run.generated, "streams": streams,
                 "forward_s": run.forward_s, "host_s": run.host_s, "engine_rounds": run.rounds,
                 "rounds_ahead": run.rounds_ahead, "aheads_dropped": run.aheads_dropped,
+                "copies_continued": run.copies_continued,
                 "rounds_grouped": run.rounds_grouped, "rounds_host": run.rounds_host,
                 "chunks_ridden": run.chunks_ridden,
                 "prefills_joined": run.prefills_joined, "blas_threads": run.blas_threads,

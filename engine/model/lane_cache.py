@@ -45,11 +45,10 @@ import mlx.core as mx
 from mlx_lm.models.cache import ArraysCache, KVCache
 
 from engine.model.cache_kinds import LayerKind, cache_arrays, length_of
+from engine.model.lane_buffers import STEP, capacity_for, round_up, stack
 from engine.model.lane_snapshot import Saved, put_back, snapshot
 from engine.model.lane_views import LayerView, StateView
 from engine.model.state_replay import Call
-
-STEP = 256  # capacity grows in steps, as mlx-lm's KVCache does
 
 
 @dataclass(frozen=True)
@@ -91,6 +90,7 @@ class LaneCache:
         self._kept: list[int] = []
         self._before: list[list[mx.array | None]] | None = None  # states at the round's start
         self._offsets: mx.array | None = None
+        self._pending: int | None = None  # keys attended by a round whose offsets are on the device
         self._mask: mx.array | None = None
         self._masks: dict[int, mx.array] = {}  # by sliding window
         self._scatter: dict[tuple[tuple[int, ...], int, int], tuple[mx.array, ...]] = {}  # (rows, heads, width)
@@ -147,6 +147,24 @@ class LaneCache:
         self._offsets, self._mask = offsets, None
         self._masks, self._scatter = {}, {}
 
+    def begin_pending(self, width: int, offsets: mx.array, most: int) -> None:
+        """Prepare a pass queued before the previous round's verification reaches the host: each
+        stream's ``width`` rows start at ``offsets``, an array still being computed (what it keeps of
+        the previous round), at most ``most``. Every key up to ``most + width`` is attended under the
+        mask, and a lone stream too gets the mask and an array offset."""
+        self._reserve_to(most + width, width)
+        self._pending = most + width
+        query = mx.arange(width, dtype=mx.int32)[None, None, :, None]
+        keypos = mx.arange(self._pending, dtype=mx.int32)[None, None, None, :]
+        self._offsets, self._mask = offsets, keypos <= offsets[:, None, None, None] + query
+        self._real = [width] * self.batch
+        self._kept = list(self._real)
+
+    @property
+    def pending(self) -> bool:
+        """Whether this round's offsets are on the device (``begin_pending``)."""
+        return self._pending is not None
+
     def begin_grouped(self, widths: Sequence[int]) -> list[Group]:
         """Prepare a round where row i has ``widths[i]`` query rows (see the module docstring)."""
         assert len(widths) == self.batch
@@ -164,7 +182,9 @@ class LaneCache:
         self._reserve(max(widths))
 
     def _reserve(self, width: int) -> None:
-        need = max(self.lengths) + width
+        self._reserve_to(max(self.lengths) + width, width)
+
+    def _reserve_to(self, need: int, width: int) -> None:
         if need > self.capacity:
             self._grow(need)
         self._width = width
@@ -211,7 +231,7 @@ class LaneCache:
             kbuf, vbuf = (mx.zeros((self.batch, a.shape[1], cap, a.shape[3]), a.dtype) for a in (keys, values))
             self.keys[layer], self.values[layer] = kbuf, vbuf
         at = {self.lengths[r] for r in rows}
-        if len(rows) == self.batch and len(at) == 1 and not self.fixed:  # one block write when every row is as long
+        if len(rows) == self.batch and len(at) == 1 and not (self.fixed or self.pending):  # one block write when every row is as long
             (start,) = at
             kbuf[: self.batch, :, start : start + width, :] = keys
             vbuf[: self.batch, :, start : start + width, :] = values
@@ -227,7 +247,7 @@ class LaneCache:
         ``lengths[rows[i]] ..`` ``+ width - 1``."""
         key = (rows, heads, width)
         if key not in self._scatter:
-            at = self.offsets if self.fixed else mx.array([self.lengths[r] for r in rows], dtype=mx.int32)
+            at = self.offsets if self.fixed or self.pending else mx.array([self.lengths[r] for r in rows], dtype=mx.int32)
             self._scatter[key] = (mx.array(rows, dtype=mx.int32)[:, None, None],
                                   mx.arange(heads, dtype=mx.int32)[None, :, None],
                                   (at[:, None] + mx.arange(width, dtype=mx.int32)[None])[:, None, :])
@@ -258,13 +278,13 @@ class LaneCache:
     def alone_within(self, window: int | None) -> bool:
         """Whether this round attends one stream's keys, every one of them real and within ``window``
         (a lone stream's keys end at its own length plus the round's rows)."""
-        return self.batch == 1 and (window is None or self.lengths[0] + self._width <= window)
+        return self.batch == 1 and not self.pending and (window is None or self.lengths[0] + self._width <= window)
 
     def write(self, layer: int, keys: mx.array, values: mx.array) -> tuple[mx.array, mx.array]:
         kbuf, vbuf = self._put(layer, range(self.batch), keys, values)
         if self.fixed and self.slots == self.batch:
             return kbuf, vbuf
-        end = kbuf.shape[2] if self.fixed else max(self.lengths) + keys.shape[2]
+        end = kbuf.shape[2] if self.fixed else self._pending or max(self.lengths) + keys.shape[2]
         return kbuf[: self.batch, :, :end, :], vbuf[: self.batch, :, :end, :]
 
     def advance(self, row: int, kept: int) -> None:
@@ -313,7 +333,7 @@ class LaneCache:
         self.end_round()
 
     def end_round(self) -> None:
-        self._offsets = None
+        self._offsets, self._pending = None, None
         self._mask = None
         self._masks = {}
         self._scatter = {}
@@ -337,7 +357,7 @@ class LaneCache:
         def append(i: int) -> None:
             c = caches[i]
             if isinstance(c, ArraysCache):
-                self.states[i] = [_stack(old, a, row) for old, a in zip(self.states[i], c.cache, strict=True)]
+                self.states[i] = [stack(old, a, row) for old, a in zip(self.states[i], c.cache, strict=True)]
                 return
             assert c.offset == length, "caches of one stream hold as many tokens each"
             kb, vb = self.keys[i], self.values[i]
@@ -348,7 +368,7 @@ class LaneCache:
                 return
             pad = [(0, spare), (0, 0), (0, cap - length), (0, 0)]
             k, v = (None, None) if c.keys is None else (mx.pad(a[..., :length, :], pad) for a in (c.keys, c.values))
-            self.keys[i], self.values[i] = _stack(kb, k, row, spare), _stack(vb, v, row, spare)
+            self.keys[i], self.values[i] = stack(kb, k, row, spare), stack(vb, v, row, spare)
 
         self._rebuild(append)
         self.lengths.append(length)
@@ -418,7 +438,7 @@ class LaneCache:
         return out
 
     def _grow(self, need: int) -> None:
-        cap = _round_up(need)
+        cap = round_up(need)
 
         def pad(i: int) -> None:  # spare rows are dropped on the way
             k, v = self.keys[i], self.values[i]
@@ -428,23 +448,3 @@ class LaneCache:
 
         self._rebuild(pad)
 
-
-def _stack(old: mx.array | None, new: mx.array | None, rows: int, spare: int = 0) -> mx.array | None:
-    """A buffer's ``rows`` rows with a stream's (``new``, ``spare`` rows after it) appended. Rows with
-    nothing cached yet (None, as in mlx-lm's fresh caches) get zeros, what mlx-lm's layers start from,
-    once another stream shows the shape; until then the buffer stays None (``_put`` makes it)."""
-    if new is None:
-        return None if old is None else mx.concatenate([old, mx.zeros((1 + spare, *old.shape[1:]), old.dtype)])
-    if old is None:
-        return new if rows == 0 else mx.concatenate([mx.zeros((rows, *new.shape[1:]), new.dtype), new])
-    return mx.concatenate([old, new])
-
-
-def capacity_for(positions: int) -> int:
-    """The lanes' length for a stream that holds ``positions``, with room for its next one: 300 -> 512,
-    and every stream's row is that long while the longest is."""
-    return _round_up(positions + 1)
-
-
-def _round_up(n: int) -> int:
-    return (n + STEP - 1) // STEP * STEP

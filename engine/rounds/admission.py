@@ -16,7 +16,7 @@ from engine.errors import LanesError, MemoryLimitError, PromptTooLongError
 from engine.events import Request
 from engine.model.chat_template import Rendered, render
 from engine.model.context_fit import fit_turns
-from engine.model.lane_cache import capacity_for
+from engine.model.lane_buffers import capacity_for
 from engine.model.loading import LoadedModel
 from engine.model.memory_limits import MemoryLimits, mib
 

@@ -60,7 +60,8 @@ class Round:
 
 @dataclass
 class RunAhead:
-    """A draft-free round started before the previous round's tokens reached the host."""
+    """A round started before the previous round's tokens reached the host (``engine.rounds.run_ahead``)."""
 
     streams: list[Stream]  # its rows, in order
-    choices: mx.array  # [len(streams), 1] choices (greedy, or a sampling stream's draws), still being computed
+    choices: mx.array  # [len(streams), width] choices (greedy, or a sampling stream's draws), still being computed
+    drafts: list[list[int]] | None = None  # after a drafting round: each stream's copy continued

@@ -1,6 +1,17 @@
-"""Run-ahead: a draft-free round queued on the device before the previous round's tokens reach
-the host, so building its graph and the host's work overlap the computation (mlx-lm's
-``batch_generate`` overlaps its steps the same way)."""
+"""Run-ahead: a round queued on the device before the previous round's tokens reach the host, so
+building its graph and the host's work overlap the computation (mlx-lm's ``batch_generate``
+overlaps its steps the same way).
+
+After a draft-free round every stream keeps one position, so the next round's rows are known but
+for this round's choices, still on the device. After a drafting round (``continue_copies``) what
+each stream keeps is known on the device alone: the next round then starts at offsets computed
+there, with each stream's next token taken there, followed by its copy's continuation, as if every
+draft landed. Worked example: a stream at length 40 drafts [a, b] from a window [a, b, c, d, e];
+the next round's rows are [its choice after the kept rows, d, e] at 40 + kept. If a and b land
+and the model writes c after them, d and e are the copy going on; if not, they are guesses that
+verification rejects, and the round still yields the model's token at the right position: a
+round run ahead after a drafting round is never dropped.
+"""
 
 from __future__ import annotations
 
@@ -8,50 +19,58 @@ from typing import TYPE_CHECKING
 
 import mlx.core as mx
 
-from engine.rounds.round_plan import RoundPlan, RunAhead
+from engine.rounds.round_plan import Round, RoundPlan, RunAhead
 from engine.rounds.sampling import draw, with_draws
 
 if TYPE_CHECKING:
     from engine.rounds.scheduler import Scheduler
 
 
-def claim(sched: Scheduler, plan: RoundPlan, width: int) -> mx.array | None:
-    """This round's choices if a round that ran ahead computed it, else None (dropping it).
+def claim(sched: Scheduler, plan: RoundPlan) -> tuple[mx.array, list[list[int]] | None] | None:
+    """This round's choices if a round that ran ahead computed it, with its drafts where it continued
+    copies (the round then verifies those), else None (dropping it).
 
     Streams that left since it started are cut out of its rows; a stream it does not hold (none
-    can join while one runs ahead) or a round that drafts after all means it cannot be used:
-    the round is then computed afresh and overwrites the positions it wrote.
+    can join while one runs ahead) or a draft-free round run ahead when this round would draft
+    means it cannot be used: the round is then computed afresh and overwrites the positions it wrote.
     """
     ahead, sched.ahead = sched.ahead, None
     if ahead is None:
         return None
     rows = {id(s): i for i, s in enumerate(ahead.streams)}
     index = [rows.get(id(s)) for s in plan.streams]
-    if width != 1 or any(i is None for i in index):
+    if any(i is None for i in index) or (ahead.drafts is None and any(plan.rows)):
         sched.aheads_dropped += 1
         return None
     sched.rounds_ahead += 1
-    if index == list(range(len(ahead.streams))):
-        return ahead.choices
-    return ahead.choices[mx.array(index, dtype=mx.int32)]
+    sched.copies_continued += ahead.drafts is not None
+    kept = [i for i in index if i is not None]
+    drafts = None if ahead.drafts is None else [ahead.drafts[i] for i in kept]
+    if kept == list(range(len(ahead.streams))):
+        return ahead.choices, drafts
+    return ahead.choices[mx.array(kept, dtype=mx.int32)], drafts
 
 
-
-def start(sched: Scheduler, plan: RoundPlan, width: int, choices: mx.array) -> bool:
+def start(sched: Scheduler, r: Round, choices: mx.array) -> bool:
     """Start the next round before this one's tokens reach the host, when nothing can change it.
 
-    That holds when this round drafts nothing, no stream is joining, and either
+    That holds when no stream is joining and no layer is recurrent (a recurrent state, once
+    advanced, could not be overwritten like keys), and either this round drafts nothing and
     the passes speculate (an accelerator's: ``RoundPasses.speculate_ahead``; the next round's
     allocator then prices dropping it) or no stream can offer a copy window next round whatever
     token it gets now (``Stream.surely_draft_free_next``): then every stream keeps exactly one
     position and the next round's inputs are this round's choices, still on the device (a sampling
-    stream's draws too: ``engine.rounds.sampling`` keys them by position, not by round).
-    The next pass is queued behind this one, so building its graph and this round's host work
-    overlap the computation (mlx-lm's ``batch_generate`` overlaps its steps the same way). Returns whether
-    the lanes were advanced here (each stream by one position).
+    stream's draws too: ``engine.rounds.sampling`` keys them by position, not by round); or this
+    round drafts and a copy goes on (``continue_copies``). The next pass is queued behind this one,
+    so building its graph and this round's host work overlap the computation. Returns whether
+    the lanes were advanced here (each stream by one position; after a drafting round, by what it
+    keeps, once verified on the host).
     """
-    if width != 1 or sched.joining or sched.lanes.recurrent:
-        return False  # a recurrent state, once advanced, could not be overwritten like keys
+    if sched.joining or sched.lanes.recurrent:
+        return False
+    if r.width != 1:
+        return continue_copies(sched, r, choices)
+    plan = r.plan
     if not (sched.passes.speculate_ahead or all(s.surely_draft_free_next(sched.recall) for s in plan.streams)):
         return False
     mx.async_eval(choices)  # this round's pass goes to the device before the next one is built
@@ -66,3 +85,44 @@ def start(sched: Scheduler, plan: RoundPlan, width: int, choices: mx.array) -> b
     mx.async_eval(sched.ahead.choices)
     sched.lanes.end_round()
     return True
+
+
+def continuations(r: Round) -> list[list[int]]:
+    """Each stream's rows after this round's if its drafts all land and the model writes the
+    window's next token after them: the window's tokens past that one, as many as it drafted now."""
+    out = []
+    for w, d in zip(r.plan.windows, r.drafts, strict=True):
+        k = len(d)
+        out.append(list(w.tokens[k + 1 : 2 * k + 1]) if w is not None and k else [])
+    return out
+
+
+def continue_copies(sched: Scheduler, r: Round, choices: mx.array) -> bool:
+    """After a drafting round, queue the next one with each copy's continuation (module docstring),
+    on an accelerator's passes, when every stream decodes greedily and some copy goes on. Each
+    stream's kept rows and next token are computed on the device from this round's choices.
+    Returns False: the lanes advance when this round is verified on the host."""
+    if not (sched.passes.speculate_ahead and sched.continue_copies) or any(
+            s.request.temperature > 0 for s in r.plan.streams):
+        return False
+    conts = continuations(r)
+    width = 1 + max(len(c) for c in conts)
+    if width == 1:
+        return False
+    lanes = sched.lanes
+    drafted = mx.array([d + [-1] * (r.width - 1 - len(d)) for d in r.drafts], dtype=mx.int32)
+    landed = mx.cumprod((choices[:, :-1] == drafted).astype(mx.int32), axis=1).sum(axis=1)
+    nxt = mx.take_along_axis(choices, landed[:, None], axis=1).astype(mx.int32)
+    offsets = mx.array(lanes.lengths, dtype=mx.int32) + landed.astype(mx.int32) + 1
+    tail = mx.array([c + [0] * (width - 1 - len(c)) for c in conts], dtype=mx.int32)
+    mx.async_eval(choices)  # this round's pass goes to the device before the next one is built
+    sizes = [len(row) for row in r.rows]
+    most = max(lanes.lengths) + r.width
+    lanes.end_round()
+    lanes.begin_pending(width, offsets, most)
+    logits = sched.passes.padded(sched.model, lanes, mx.concatenate([nxt, tail], axis=1))
+    sched.ahead = RunAhead(list(r.plan.streams), mx.argmax(logits, axis=-1), conts)
+    mx.async_eval(sched.ahead.choices)
+    lanes.end_round()
+    lanes.begin_round(r.width, sizes)  # this round's, again: its verification advances the lanes
+    return False

@@ -111,6 +111,8 @@ class Scheduler:
         self.histogram: dict[int, int] = {}  # drafts accepted per verified window -> windows
         self.ahead: RunAhead | None = None
         self.rounds_ahead, self.aheads_dropped = 0, 0  # rounds run ahead and kept, or dropped (run_ahead)
+        self.copies_continued = 0  # of those kept, rounds that ran ahead after a drafting round
+        self.continue_copies = True  # run a drafting round's successor ahead, where the passes speculate
         # Rounds run as a grouped pass (engine.passes.grouped), by numpy (engine.passes.numpy_pass);
         # prefill chunks computed inside a round's (grouped) pass.
         self.rounds_grouped, self.rounds_host, self.chunks_ridden = 0, 0, 0
@@ -229,7 +231,7 @@ class Scheduler:
                 probe = s.own_rates and s.rates.probe_due(w.rate_key)
                 rate, first = s.price(w)
                 offers.append(Offer(stream=i, rate=rate, max_rows=len(w.tokens), probe=probe, first_rate=first))
-        if offers:
+        if offers and not (self.ahead is not None and self.ahead.drafts is not None):  # those verify its drafts
             keys, batch, ahead = max(self.lanes.lengths), len(self.active), self.ahead is not None
             # Where draft-free rounds run ahead, one costs what such rounds take; a round already run
             # ahead is kept at that price, or dropped: drafting then pays for its pass too.
@@ -286,7 +288,7 @@ class Scheduler:
             # numpy's pass is unpadded, as a grouped one is; with no stream drafting both are uniform.
             wide = r.wide if r.kind == "grouped" or (r.kind == "host" and r.wide) else None
             self.costs.observe(r.batch, r.width, forward_s, wide, r.keys)
-        elif r.kind == "ahead":
+        elif r.kind == "ahead" and r.width == 1:
             self.costs.observe_kept(r.batch, forward_s + host_s)
         self.costs.observe_overhead(host_s)
         return r.chunk is not None
@@ -294,12 +296,17 @@ class Scheduler:
     def _prepare(self, rider: Joining | None) -> Round:
         """Plan the round and choose its pass: one that ran ahead, numpy's, grouped or padded."""
         plan = self._plan()
-        drafts = [list(w.tokens[:k]) if w is not None else [] for w, k in zip(plan.windows, plan.rows, strict=True)]
+        pending = self.ahead is not None
+        claimed = run_ahead.claim(self, plan)
+        ahead, continued = claimed if claimed is not None else (None, None)
+        if continued is not None:  # a round run ahead continued copies: it verifies those drafts
+            plan = RoundPlan(plan.streams, [w if w is not None and list(w.tokens[: len(d)]) == d else None
+                                            for w, d in zip(plan.windows, continued, strict=True)],
+                             [len(d) for d in continued])
+        drafts = continued if continued is not None else [
+            list(w.tokens[:k]) if w is not None else [] for w, k in zip(plan.windows, plan.rows, strict=True)]
         rows = [[s.last_token, *d] for s, d in zip(plan.streams, drafts, strict=True)]
         sampling = [i for i, s in enumerate(plan.streams) if s.request.temperature > 0]
-        width = 1 + max(plan.rows)
-        pending = self.ahead is not None
-        ahead = run_ahead.claim(self, plan, width)
         chunk = None
         if rider is not None and ahead is None:
             chunk = Chunk(rider.stream.prompt[rider.done : joins.chunk_end(self, rider)], rider.caches)
@@ -309,8 +316,8 @@ class Scheduler:
             r.kind = "ahead"
         elif chunk is None and self.passes.numpy_pass is not None:
             r.kind = "host"
-        elif chunk is not None or (self.passes.numpy_ops and width > 1) or self.costs.groups_pay(
-                r.batch, width, r.wide, r.keys):
+        elif chunk is not None or (self.passes.numpy_ops and r.width > 1) or self.costs.groups_pay(
+                r.batch, r.width, r.wide, r.keys):
             r.kind = "grouped"
         return r
 
@@ -322,7 +329,7 @@ class Scheduler:
         if r.kind == "ahead":  # computed already: its positions are this round's
             assert r.ahead is not None
             self.lanes.begin_round(r.width, sizes)
-            return self._choices(r, r.ahead)
+            return self._choices(r, r.ahead[:, : r.width])  # streams that left may have been the widest
         if r.kind == "host":
             assert self.passes.numpy_pass is not None
             self.rounds_host += 1
@@ -360,7 +367,7 @@ class Scheduler:
 
     def _choices(self, r: Round, choices: mx.array) -> tuple[list[list[int]], bool]:
         """Queue the next round ahead where nothing can change it, then bring the choices to the host."""
-        advanced = run_ahead.start(self, r.plan, r.width, choices)
+        advanced = run_ahead.start(self, r, choices)
         mx.eval(choices, *(cache_arrays(r.chunk.caches) if r.chunk is not None else []))
         return choices.tolist(), advanced
 
@@ -378,7 +385,8 @@ class Scheduler:
                 if not advanced:
                     self.lanes.advance(i, accepted + 1)
                 window = r.plan.windows[i] if d else None  # a window granted no rows was not verified
-                origins: list[Origin] = []
+                # Drafts with no window: a copy continued ahead that broke before them (run_ahead).
+                origins: list[Origin] = ["model"] * accepted
                 if window is not None:
                     s.record_window(window, len(d), accepted)
                     self.histogram[accepted] = self.histogram.get(accepted, 0) + 1
