@@ -16,7 +16,8 @@ and with ``--ahead`` an accelerator's rounds: every draft-free round's successor
 round that drafts after one drops a pass (priced as ``CostModel.cost(batch, 1)``; ``--kept-ms`` is
 what a round run ahead takes, by default that cost too) and probes wait, as the allocator does
 (``--probes drop`` lets them go anyway, ``after-copy`` once the reply has landed a copy: what
-either would copy). Not modelled: Recall, the cost model's updates from timings, streams joining
+either would copy), and a drafting round's successor runs ahead with the copies' continuations
+(``--no-continue``: it does not). Not modelled: Recall, the cost model's updates from timings, streams joining
 at different times.
 
 With ``--ahead`` each replayed round also gets the kind ``scripts/round_trace.py`` sorts real rounds
@@ -72,15 +73,17 @@ class Run:
 
 def replay(prompts: list[list[int]], references: list[list[int]], family: Family, tokenizer: Any,
            costs: CostModel, ahead: bool, kept: float | None = None, probes: str = "wait",
-           ids: list[str] | None = None) -> Run:
+           ids: list[str] | None = None, cont: bool = True) -> Run:
     """Replay ``references`` (replies to ``prompts``) in shared rounds, as a run of that many streams
     does; see the module docstring. ``kept``: what a round run ahead takes (default the cost model's
-    draft-free pass at the round's batch)."""
+    draft-free pass at the round's batch). ``cont``: with ``ahead``, a drafting round's successor runs
+    ahead with the copies' continuations (``engine.rounds.run_ahead.continue_copies``)."""
     streams = [Stream.start(Request(prompt_tokens=tuple(p), max_tokens=len(ref) + 1), list(p), family, tokenizer)
                for p, ref in zip(prompts, references, strict=True)]
     run = Run([Replay(sid, len(ref)) for sid, ref in zip(ids or [""] * len(streams), references, strict=True)])
     active = [i for i, ref in enumerate(references) if ref]
     pending = False  # a pass run ahead is on the device
+    continued: dict[int, list[int]] | None = None  # a round run ahead after a drafting one: its drafts
     while active:
         batch = len(active)
         windows, offers, probing = [], [], []
@@ -96,6 +99,11 @@ def replay(prompts: list[list[int]], references: list[list[int]], family: Family
                 if probe and (probes == "drop" or (probes == "after-copy" and run.streams[i].copied > 0)):
                     probing.append(j)
         rows = [0] * batch
+        if continued is not None:  # it verifies the continuations, as the window proposed now where they agree
+            rows = [len(continued.get(i, [])) for i in active]
+            windows = [w if w is not None and list(w.tokens[:n]) == continued.get(i, []) else None
+                       for w, n, i in zip(windows, rows, active, strict=True)]
+            offers, probing = [], []
         if offers:
             rows = list(allocate(offers, batch, partial(costs.cost, keys=0), costs.overhead,
                                  min_row_value=family.min_row_value,
@@ -106,7 +114,7 @@ def replay(prompts: list[list[int]], references: list[list[int]], family: Family
         for j, i in enumerate(active):
             s, out, w, reference = streams[i], run.streams[i], windows[j], references[i]
             pos = len(s.output)
-            drafts = list(w.tokens[: rows[j]]) if w is not None else []
+            drafts = continued.get(i, []) if continued is not None else list(w.tokens[: rows[j]]) if w is not None else []
             accepted = 0
             while (accepted < len(drafts) and pos + accepted < len(reference)
                    and drafts[accepted] == reference[pos + accepted]):
@@ -114,7 +122,7 @@ def replay(prompts: list[list[int]], references: list[list[int]], family: Family
             if w is not None and rows[j]:
                 s.record_window(w, rows[j], accepted)
                 out.kinds[f"drafted {w.rate_key}"] += 1
-            elif w is not None:
+            elif w is not None and continued is None:
                 out.kinds[f"priced out {w.rate_key}"] += 1
                 out.kinds[f"would land {w.rate_key}"] += pos < len(reference) and w.tokens[0] == reference[pos]
             nxt = reference[pos + accepted : pos + accepted + 1]  # none when the drafts reached the end
@@ -122,7 +130,11 @@ def replay(prompts: list[list[int]], references: list[list[int]], family: Family
             out.rounds += 1
             out.copied += accepted
         if ahead:
-            run.round_kinds[("dropped" if pending else "draft") if any(rows) else ("ahead" if pending else "sync")] += 1
+            run.round_kinds["ahead" if continued is not None or (pending and not any(rows)) else
+                            ("dropped" if pending else "draft") if any(rows) else "sync"] += 1
+        nxt_cont = {i: list(w.tokens[k + 1 :]) for i, w, k in zip(active, windows, rows, strict=True)
+                    if w is not None and k} if ahead and cont and any(rows) else {}
+        continued = nxt_cont if any(nxt_cont.values()) else None
         pending = ahead and not any(rows)
         active = [i for i in active if len(streams[i].output) < len(references[i])]
     return run
@@ -150,6 +162,8 @@ def main() -> None:
     ap.add_argument("--kept-ms", type=float, default=None, help="what a round run ahead takes (module docstring)")
     ap.add_argument("--probes", choices=("wait", "drop", "after-copy"), default="wait",
                     help="with --ahead, whether a due probe may drop a pass run ahead")
+    ap.add_argument("--no-continue", action="store_true",
+                    help="with --ahead, no round run ahead after a drafting round (continue_copies=false)")
     ap.add_argument("--together", action="store_true",
                     help="the streams in shared rounds, as the result's run had them (default: each alone)")
     ap.add_argument("--round-ms", type=_round_ms, default=None,
@@ -170,7 +184,8 @@ def main() -> None:
     groups = [chosen] if args.together else [[c] for c in chosen]
     for group in groups:
         r = replay([prompts[sid.split("#")[0]] for sid, _ in group], [ref for _, ref in group], loaded.family,
-                   loaded.tokenizer, costs, args.ahead, kept, args.probes, [sid for sid, _ in group])
+                   loaded.tokenizer, costs, args.ahead, kept, args.probes, [sid for sid, _ in group],
+                   not args.no_continue)
         for s in r.streams:
             kinds = ", ".join(f"{k} {n}" for k, n in sorted(s.kinds.items()))
             print(f"{s.stream}: {s.tokens} tokens in {s.rounds} rounds, {s.copied} copied; {kinds}")

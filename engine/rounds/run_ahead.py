@@ -89,12 +89,9 @@ def start(sched: Scheduler, r: Round, choices: mx.array) -> bool:
 
 def continuations(r: Round) -> list[list[int]]:
     """Each stream's rows after this round's if its drafts all land and the model writes the
-    window's next token after them: the window's tokens past that one, as many as it drafted now."""
-    out = []
-    for w, d in zip(r.plan.windows, r.drafts, strict=True):
-        k = len(d)
-        out.append(list(w.tokens[k + 1 : 2 * k + 1]) if w is not None and k else [])
-    return out
+    window's next token after them: the rest of the window past that one (once a window's first
+    rows land, the rows after them land nearly always: docs/engine.md, "What happens in a round")."""
+    return [list(w.tokens[len(d) + 1 :]) if w is not None and d else [] for w, d in zip(r.plan.windows, r.drafts, strict=True)]
 
 
 def continue_copies(sched: Scheduler, r: Round, choices: mx.array) -> bool:
