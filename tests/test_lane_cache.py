@@ -166,3 +166,34 @@ def test_streams_about_to_join_get_rows_made_with_the_copy_that_makes_room() -> 
     lanes.add(stream(200, 4.0, 4, 64) * layers)  # no row left: every row copied into four
     assert lanes.slots == lanes.batch == 4 and lanes.lengths == [300, 300, 300, 200]
     assert [float(lanes.keys[layers - 1][r, 3, 199, 63]) for r in range(4)] == [1.0, 2.0, 3.0, 4.0]
+
+
+def test_a_pass_queued_ahead_writes_at_offsets_on_the_device() -> None:
+    """``begin_pending``: rows start at offsets still being computed (here given), every key up to
+    the bound is attended under the mask, and a lone stream too gets the mask and an array offset."""
+    lanes = lanes_of([250, 600])
+    new = mx.arange(2 * HEADS * 20 * DIM, dtype=mx.float32).reshape(2, HEADS, 20, DIM) + 100
+    lanes.begin_pending(20, mx.array([240, 590]), 600)
+    keys, _ = lanes.views[0].update_and_fetch(new, -new)
+    assert keys.shape[2] == 620
+    mask = np.array(lanes.views[0].make_mask(20))
+    assert mask[0, 0, 0, 240] and not mask[0, 0, 0, 241] and mask[1, 0, 19, 609] and not mask[1, 0, 19, 610]
+    k = np.array(lanes.keys[0])
+    assert (k[0, :, 240:260] == np.array(new[0])).all() and (k[1, :, 590:610] == np.array(new[1])).all()
+    lanes.end_round()
+    alone = lanes_of([30])
+    alone.begin_pending(3, mx.array([31]), 33)
+    assert alone.views[0].offset is alone.offsets and alone.views[0].make_mask(1 + 2) is not None
+
+def test_a_leave_keeps_what_a_pass_queued_ahead_wrote_past_the_host_lengths() -> None:
+    """Without ``reach`` a leave would shrink the buffers to the host's lengths, losing the keys a
+    pass queued ahead wrote past them (which its verification then keeps)."""
+    for reach, capacity in ((0, 256), (270, 512)):
+        lanes = lanes_of([250, 600, 10])
+        new = mx.ones((3, HEADS, 20, DIM)) * 7
+        lanes.begin_pending(20, mx.array([250, 600, 10]), 600)
+        lanes.views[0].update_and_fetch(new, -new)
+        lanes.end_round()
+        lanes.remove(1, reach=reach)  # the long stream leaves; the one at 250 wrote up to 270
+        assert lanes.capacity == capacity
+        assert (np.array(lanes.keys[0])[0, :, 250 : min(270, capacity)] == 7).all()

@@ -149,9 +149,8 @@ class LaneCache:
 
     def begin_pending(self, width: int, offsets: mx.array, most: int) -> None:
         """Prepare a pass queued before the previous round's verification reaches the host: each
-        stream's ``width`` rows start at ``offsets``, an array still being computed (what it keeps of
-        the previous round), at most ``most``. Every key up to ``most + width`` is attended under the
-        mask, and a lone stream too gets the mask and an array offset."""
+        stream's ``width`` rows start at ``offsets`` (an array still being computed), at most ``most``;
+        every key up to ``most + width`` is attended under the mask, a lone stream's too."""
         self._reserve_to(most + width, width)
         self._pending = most + width
         query = mx.arange(width, dtype=mx.int32)[None, None, :, None]
@@ -161,8 +160,7 @@ class LaneCache:
         self._kept = list(self._real)
 
     @property
-    def pending(self) -> bool:
-        """Whether this round's offsets are on the device (``begin_pending``)."""
+    def pending(self) -> bool:  # this round's offsets are on the device (``begin_pending``)
         return self._pending is not None
 
     def begin_grouped(self, widths: Sequence[int]) -> list[Group]:
@@ -374,9 +372,10 @@ class LaneCache:
         self.lengths.append(length)
         return row
 
-    def remove(self, row: int) -> None:
+    def remove(self, row: int, reach: int = 0) -> None:
         """Drop a stream: the last stream moves into its row (a caller's own list of rows follows
-        with ``rows[row] = rows[-1]; rows.pop()``), leaving the buffers' last row spare."""
+        with ``rows[row] = rows[-1]; rows.pop()``), leaving the buffers' last row spare. Positions
+        under ``reach`` are kept (a pass queued ahead wrote there: ``begin_pending``)."""
         last = self.batch - 1
         order = [last if r == row else r for r in range(last)]
         self.lengths[row] = self.lengths[last]
@@ -390,7 +389,8 @@ class LaneCache:
         self.states = [[a[idx] if a is not None else None for a in layer] for layer in self.states]
         # After a long stream leaves the capacity shrinks, and with more spare rows than streams the
         # buffers do: then every row is copied.
-        cap = capacity_for(max(self.lengths)) if max(self.lengths) + STEP < self.capacity else self.capacity
+        top = max(*self.lengths, reach)
+        cap = capacity_for(top) if top + STEP < self.capacity else self.capacity
         if cap < self.capacity or self.slots > 2 * self.batch:
             self._rebuild(lambda i: self._take(i, idx, cap))
             return

@@ -65,3 +65,4 @@ class RunAhead:
     streams: list[Stream]  # its rows, in order
     choices: mx.array  # [len(streams), width] choices (greedy, or a sampling stream's draws), still being computed
     drafts: list[list[int]] | None = None  # after a drafting round: each stream's copy continued
+    reach: int = 0  # then: positions its pass may have written past the host's lengths

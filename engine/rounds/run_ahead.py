@@ -118,7 +118,7 @@ def continue_copies(sched: Scheduler, r: Round, choices: mx.array) -> bool:
     lanes.end_round()
     lanes.begin_pending(width, offsets, most)
     logits = sched.passes.padded(sched.model, lanes, mx.concatenate([nxt, tail], axis=1))
-    sched.ahead = RunAhead(list(r.plan.streams), mx.argmax(logits, axis=-1), conts)
+    sched.ahead = RunAhead(list(r.plan.streams), mx.argmax(logits, axis=-1), conts, most + width)
     mx.async_eval(sched.ahead.choices)
     lanes.end_round()
     lanes.begin_round(r.width, sizes)  # this round's, again: its verification advances the lanes

@@ -411,13 +411,13 @@ class Scheduler:
         self.active.pop()
         caches = self.lanes.extract(row) if s.request.conversation or s.request.prefix_cache else None
         kept = self.lanes.lengths[row]
-        self.lanes.remove(row)
+        self.lanes.remove(row, self.ahead.reach if self.ahead is not None else 0)
         self._finish(s, caches, kept)
 
     def _fail_row(self, row: int, exc: BaseException) -> None:
         s, self.active[row] = self.active[row], self.active[-1]
         self.active.pop()
-        self.lanes.remove(row)
+        self.lanes.remove(row, self.ahead.reach if self.ahead is not None else 0)
         self._fail(s, exc)
 
     def _finish(self, s: Stream, caches: list[Any] | None, kept: int = 0) -> None:
