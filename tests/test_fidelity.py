@@ -287,3 +287,32 @@ def test_a_cell_turns_off_continuing_copies_ahead(loaded, reference, chat_prompt
     assert runs["on"].copies_continued > 0 and runs["on:continue_copies=false"].copies_continued == 0
     for run in runs.values():
         assert run.tokens == {str(i): reference(chat_prompt(t), 48) for i, t in enumerate(texts)}
+
+
+def test_a_stream_cancelled_while_a_continued_round_is_pending_leaves_the_others_exact(
+        loaded, reference, chat_prompt) -> None:
+    """A round run ahead after a drafting one holds every stream's row; one stream leaves before it
+    is claimed (cancelled, its row moved, the lanes shrunk at most to what that pass wrote): the
+    others' replies still equal mlx-lm's, and the cancelled one's is a prefix of its own."""
+    events: list[Event] = []
+    sched = Scheduler(replace(loaded, passes=ACCELERATOR), events.append)
+    reqs = [Request(prompt_tokens=tuple(chat_prompt(t)), max_tokens=64, own_copy_rates=False)
+            for t in (prompts.TABLE, prompts.TYPOS)]
+    for r in reqs:
+        sched.submit(r)
+    while sched.busy and not (sched.ahead is not None and sched.ahead.drafts is not None and len(sched.active) >= 2):
+        sched.step()
+    assert sched.ahead is not None and sched.ahead.drafts is not None, "no round continued copies ahead"
+    cancelled = sched.active[0].id
+    sched.cancel(cancelled)
+    while sched.busy:
+        sched.step()
+        for row, s in enumerate(sched.active):
+            assert sched.lanes.lengths[row] == len(s.prompt) + len(s.output) - 1
+    done = {e.request_id: e for e in events if isinstance(e, Finished)}
+    for r in reqs:
+        ref = reference(list(r.prompt_tokens or ()), 64)
+        if r.id == cancelled:
+            assert done[r.id].reason == "cancelled" and list(done[r.id].tokens) == ref[: len(done[r.id].tokens)]
+        else:
+            assert list(done[r.id].tokens) == ref
