@@ -95,7 +95,7 @@ def replay(prompts: list[list[int]], references: list[list[int]], family: Family
             if w is not None:
                 probe = s.own_rates and s.rates.probe_due(w.rate_key)
                 rate, first = s.price(w)
-                offers.append(Offer(j, rate, len(w.tokens), probe, first))
+                offers.append(Offer(j, rate, min(len(w.tokens), family.max_window), probe, first))
                 if probe and (probes == "drop" or (probes == "after-copy" and run.streams[i].copied > 0)):
                     probing.append(j)
         rows = [0] * batch
@@ -132,7 +132,7 @@ def replay(prompts: list[list[int]], references: list[list[int]], family: Family
         if ahead:
             run.round_kinds["ahead" if continued is not None or (pending and not any(rows)) else
                             ("dropped" if pending else "draft") if any(rows) else "sync"] += 1
-        nxt_cont = {i: list(w.tokens[k + 1 :]) for i, w, k in zip(active, windows, rows, strict=True)
+        nxt_cont = {i: list(w.tokens[k + 1 : k + 1 + family.max_window]) for i, w, k in zip(active, windows, rows, strict=True)
                     if w is not None and k} if ahead and cont and any(rows) else {}
         continued = nxt_cont if any(nxt_cont.values()) else None
         pending = ahead and not any(rows)

@@ -200,17 +200,22 @@ def test_sampled_streams_read_their_own_rows_of_a_grouped_pass(loaded, chat_prom
 def test_a_seeded_reply_is_the_same_with_copies_or_without(loaded, chat_prompt) -> None:
     """A sampled reply that copies from its prompt equals, token for token, the same seed's reply
     with copying off, alone or beside another stream, with the CPU's rounds or an accelerator's (its
-    draws run ahead on the device): each position's token is drawn with that position's key."""
+    draws run ahead on the device, after drafting rounds too, at positions the device computes):
+    each position's token is drawn with that position's key."""
     from engine.events import Finished, Request, RoundStats
     from engine.passes.choice import ACCELERATOR
     from engine.rounds.scheduler import Scheduler
     from tests import prompts
 
     tok = loaded.tokenizer
-    prompt = [*tok.apply_chat_template(REPEAT, add_generation_prompt=True),
-              *tok.encode("Sure: The quick brown", add_special_tokens=False)]
+    text = ("Lanes decodes several conversations at once and copies what it can from earlier text, "
+            "without ever changing a token of what the model says.")
+    repeat = [{"role": "user", "content": "Repeat this sentence: " + text}, {"role": "assistant", "content": text},
+              {"role": "user", "content": "Once more, please."}]
+    prompt = [*tok.apply_chat_template(repeat, add_generation_prompt=True),
+              *tok.encode("Sure: Lanes decodes", add_special_tokens=False)]
 
-    def run(drafts: bool, passes=None, beside: bool = False) -> tuple[tuple[int, ...], tuple[int, int], int]:
+    def run(drafts: bool, passes=None, beside: bool = False) -> tuple[tuple[int, ...], tuple[int, int], tuple[int, int]]:
         events: list = []
         sched = Scheduler(replace(loaded, passes=passes) if passes is not None else loaded, events.append)
         req = Request(prompt_tokens=tuple(prompt), max_tokens=48, temperature=0.7, top_p=0.9, seed=11, drafts=drafts)
@@ -221,15 +226,18 @@ def test_a_seeded_reply_is_the_same_with_copies_or_without(loaded, chat_prompt) 
             sched.step()
         done = next(e for e in events if isinstance(e, Finished) and e.request_id == req.id)
         stats = [e for e in events if isinstance(e, RoundStats) and e.request_id == req.id]
-        return done.tokens, (sum(e.draft_rows for e in stats), sum(e.accepted for e in stats)), sched.rounds_ahead
+        return (done.tokens, (sum(e.draft_rows for e in stats), sum(e.accepted for e in stats)),
+                (sched.rounds_ahead, sched.copies_continued))
 
     alone, none, _ = run(drafts=False)
     copying, (drafted, landed), _ = run(drafts=True)
     assert none == (0, 0) and landed >= 3 and drafted > landed  # copies landed, and some were redrawn
     assert copying == alone
     assert run(drafts=True, beside=True)[0] == alone
-    ahead, _, rounds_ahead = run(drafts=True, passes=ACCELERATOR, beside=True)
+    ahead, _, (rounds_ahead, _) = run(drafts=True, passes=ACCELERATOR, beside=True)
     assert rounds_ahead > 0 and ahead == alone
+    ahead, _, (_, continued) = run(drafts=True, passes=ACCELERATOR)
+    assert continued > 0 and ahead == alone  # a round run ahead after a drafting one, drawing at the device's positions
 
 
 REPEAT = [

@@ -42,7 +42,7 @@ class Family:
     # are priced from their own first-row history, so only with own copy rates: at a fixed rate they
     # would be started whatever their record.
     brief_match: int = 2
-    max_window: int = 32  # longest window proposed in one round (the allocator decides how much to verify)
+    max_window: int = 32  # most rows of a window verified in one round (the allocator decides how many)
     # A started window's rows are verified while worth at least this (engine.drafts.allocator); lower lets
     # windows run longer where rows are cheap next to a round, at the price of rows past a break.
     min_row_value: float = MIN_ROW_VALUE

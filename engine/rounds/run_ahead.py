@@ -89,18 +89,21 @@ def start(sched: Scheduler, r: Round, choices: mx.array) -> bool:
 
 def continuations(r: Round) -> list[list[int]]:
     """Each stream's rows after this round's if its drafts all land and the model writes the
-    window's next token after them: the rest of the window past that one (once a window's first
-    rows land, the rows after them land nearly always: docs/engine.md, "What happens in a round")."""
-    return [list(w.tokens[len(d) + 1 :]) if w is not None and d else [] for w, d in zip(r.plan.windows, r.drafts, strict=True)]
+    window's next token after them: the rest of the window past that one, up to the rows a round
+    verifies (``max_window``; windows are proposed twice that long for this). Once a window's first
+    rows land, the rows after them land nearly always (docs/engine.md, "What happens in a round")."""
+    most = r.plan.streams[0].family.max_window if r.plan.streams else 0
+    return [list(w.tokens[len(d) + 1 : len(d) + 1 + most]) if w is not None and d else []
+            for w, d in zip(r.plan.windows, r.drafts, strict=True)]
 
 
 def continue_copies(sched: Scheduler, r: Round, choices: mx.array) -> bool:
     """After a drafting round, queue the next one with each copy's continuation (module docstring),
-    on an accelerator's passes, when every stream decodes greedily and some copy goes on. Each
-    stream's kept rows and next token are computed on the device from this round's choices.
-    Returns False: the lanes advance when this round is verified on the host."""
-    if not (sched.passes.speculate_ahead and sched.continue_copies) or any(
-            s.request.temperature > 0 for s in r.plan.streams):
+    on an accelerator's passes, when some copy goes on. Each stream's kept rows and next token
+    (a sampling stream's draw) are computed on the device from this round's choices, and a sampling
+    stream's rows drawn with the keys of the positions they land at. Returns False: the lanes
+    advance when this round is verified on the host."""
+    if not (sched.passes.speculate_ahead and sched.continue_copies):
         return False
     conts = continuations(r)
     width = 1 + max(len(c) for c in conts)
@@ -118,7 +121,9 @@ def continue_copies(sched: Scheduler, r: Round, choices: mx.array) -> bool:
     lanes.end_round()
     lanes.begin_pending(width, offsets, most)
     logits = sched.passes.padded(sched.model, lanes, mx.concatenate([nxt, tail], axis=1))
-    sched.ahead = RunAhead(list(r.plan.streams), mx.argmax(logits, axis=-1), conts, most + width)
+    draws = {i: draw(s.keys, logits[i], len(s.output) + 1 + landed[i], s.request.temperature, s.request.top_p)
+             for i, s in enumerate(r.plan.streams) if s.keys is not None}
+    sched.ahead = RunAhead(list(r.plan.streams), with_draws(mx.argmax(logits, axis=-1), draws), conts, most + width)
     mx.async_eval(sched.ahead.choices)
     lanes.end_round()
     lanes.begin_round(r.width, sizes)  # this round's, again: its verification advances the lanes

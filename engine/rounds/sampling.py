@@ -40,10 +40,11 @@ def sample_rows(logits: mx.array, keys: mx.array, temperature: float, top_p: flo
     return mx.argmax(logprobs * (1.0 / temperature) + noise, axis=-1).astype(mx.int32)
 
 
-def draw(keys: mx.array, logits: mx.array, position: int, temperature: float, top_p: float) -> mx.array:
-    """A stream's draws for rows ``logits`` [rows, vocab] at output positions ``position`` on (int32
-    [rows]); rows past its last key (padding, never kept) reuse that key."""
-    at = mx.minimum(mx.arange(position, position + logits.shape[0], dtype=mx.int32), keys.shape[0] - 1)
+def draw(keys: mx.array, logits: mx.array, position: int | mx.array, temperature: float, top_p: float) -> mx.array:
+    """A stream's draws for rows ``logits`` [rows, vocab] at output positions ``position`` on (a number,
+    or an array still on the device: a round run ahead after a drafting one); rows past its last key
+    (padding, never kept) reuse that key."""
+    at = mx.minimum(mx.arange(logits.shape[0], dtype=mx.int32) + position, keys.shape[0] - 1)
     return sample_rows(logits, keys[at], temperature, top_p)
 
 

@@ -230,7 +230,8 @@ class Scheduler:
             if w is not None:
                 probe = s.own_rates and s.rates.probe_due(w.rate_key)
                 rate, first = s.price(w)
-                offers.append(Offer(stream=i, rate=rate, max_rows=len(w.tokens), probe=probe, first_rate=first))
+                offers.append(Offer(stream=i, rate=rate, max_rows=min(len(w.tokens), self.loaded.family.max_window),
+                                    probe=probe, first_rate=first))
         if offers and not (self.ahead is not None and self.ahead.drafts is not None):  # those verify its drafts
             keys, batch, ahead = max(self.lanes.lengths), len(self.active), self.ahead is not None
             # Where draft-free rounds run ahead, one costs what such rounds take; a round already run

@@ -102,7 +102,8 @@ class Stream:
         """The window this stream offers: the longer match wins, ties go to context."""
         if not self.request.drafts or self.remaining <= 1:
             return None
-        limit = min(self.family.max_window, self.remaining - 1)
+        # Twice the rows a round verifies: what a round run ahead after a drafting one continues with.
+        limit = min(2 * self.family.max_window, self.remaining - 1)
         best = self._continue(limit)
         if best is None:
             best = self.context.propose(limit)
