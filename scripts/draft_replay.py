@@ -45,6 +45,7 @@ from engine.drafts.cost_model import CostModel
 from engine.events import Request
 from engine.model.families import Family
 from engine.model.loading import load_model
+from engine.rounds.run_ahead import agreeing, continuations
 from engine.rounds.stream import Stream
 
 
@@ -101,8 +102,7 @@ def replay(prompts: list[list[int]], references: list[list[int]], family: Family
         rows = [0] * batch
         if continued is not None:  # it verifies the continuations, as the window proposed now where they agree
             rows = [len(continued.get(i, [])) for i in active]
-            windows = [w if w is not None and list(w.tokens[:n]) == continued.get(i, []) else None
-                       for w, n, i in zip(windows, rows, active, strict=True)]
+            windows = agreeing(windows, [continued.get(i, []) for i in active])
             offers, probing = [], []
         if offers:
             rows = list(allocate(offers, batch, partial(costs.cost, keys=0), costs.overhead,
@@ -132,9 +132,9 @@ def replay(prompts: list[list[int]], references: list[list[int]], family: Family
         if ahead:
             run.round_kinds["ahead" if continued is not None or (pending and not any(rows)) else
                             ("dropped" if pending else "draft") if any(rows) else "sync"] += 1
-        nxt_cont = {i: list(w.tokens[k + 1 : k + 1 + family.max_window]) for i, w, k in zip(active, windows, rows, strict=True)
-                    if w is not None and k} if ahead and cont and any(rows) else {}
-        continued = nxt_cont if any(nxt_cont.values()) else None
+        drafted = [list(w.tokens[:k]) if w is not None else [] for w, k in zip(windows, rows, strict=True)]
+        tails = continuations(windows, drafted, family.max_window) if ahead and cont and any(rows) else []
+        continued = dict(zip(active, tails, strict=True)) if any(tails) else None
         pending = ahead and not any(rows)
         active = [i for i in active if len(streams[i].output) < len(references[i])]
     return run

@@ -15,10 +15,12 @@ round run ahead after a drafting round is never dropped.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import mlx.core as mx
 
+from engine.drafts.copy_index import Window
 from engine.rounds.round_plan import Round, RoundPlan, RunAhead
 from engine.rounds.sampling import draw, with_draws
 
@@ -87,14 +89,23 @@ def start(sched: Scheduler, r: Round, choices: mx.array) -> bool:
     return True
 
 
-def continuations(r: Round) -> list[list[int]]:
-    """Each stream's rows after this round's if its drafts all land and the model writes the
-    window's next token after them: the rest of the window past that one, up to the rows a round
-    verifies (``max_window``; windows are proposed twice that long for this). Once a window's first
-    rows land, the rows after them land nearly always (docs/engine.md, "What happens in a round")."""
-    most = r.plan.streams[0].family.max_window if r.plan.streams else 0
-    return [list(w.tokens[len(d) + 1 : len(d) + 1 + most]) if w is not None and d else []
-            for w, d in zip(r.plan.windows, r.drafts, strict=True)]
+def continuations(windows: Sequence[Window | None], drafts: Sequence[list[int]], rows: int) -> list[list[int]]:
+    """Each stream's rows after this round's if its ``drafts`` all land and the model writes the
+    window's next token after them: the rest of the window past that one, at most ``rows`` (the
+    family's ``max_window``; windows are proposed twice that long for this). Once a window's first
+    rows land, the rows after them land nearly always (docs/engine.md, "What happens in a round").
+
+    >>> continuations([Window("context", (1, 2, 3, 4, 5), 9), None], [[1, 2], []], 32)
+    [[4, 5], []]
+    """
+    return [list(w.tokens[len(d) + 1 : len(d) + 1 + rows]) if w is not None and d else []
+            for w, d in zip(windows, drafts, strict=True)]
+
+
+def agreeing(windows: Sequence[Window | None], drafts: Sequence[list[int]]) -> list[Window | None]:
+    """For a round that verifies continued ``drafts``: each stream's window proposed now where it
+    starts with them (the copy went on: its rows are recorded as that window's), else None."""
+    return [w if w is not None and list(w.tokens[: len(d)]) == d else None for w, d in zip(windows, drafts, strict=True)]
 
 
 def continue_copies(sched: Scheduler, r: Round, choices: mx.array) -> bool:
@@ -105,7 +116,7 @@ def continue_copies(sched: Scheduler, r: Round, choices: mx.array) -> bool:
     advance when this round is verified on the host."""
     if not (sched.passes.speculate_ahead and sched.continue_copies):
         return False
-    conts = continuations(r)
+    conts = continuations(r.plan.windows, r.drafts, sched.loaded.family.max_window)
     width = 1 + max(len(c) for c in conts)
     if width == 1:
         return False

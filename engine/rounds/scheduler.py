@@ -301,9 +301,7 @@ class Scheduler:
         claimed = run_ahead.claim(self, plan)
         ahead, continued = claimed if claimed is not None else (None, None)
         if continued is not None:  # a round run ahead continued copies: it verifies those drafts
-            plan = RoundPlan(plan.streams, [w if w is not None and list(w.tokens[: len(d)]) == d else None
-                                            for w, d in zip(plan.windows, continued, strict=True)],
-                             [len(d) for d in continued])
+            plan = RoundPlan(plan.streams, run_ahead.agreeing(plan.windows, continued), [len(d) for d in continued])
         drafts = continued if continued is not None else [
             list(w.tokens[:k]) if w is not None else [] for w, k in zip(plan.windows, plan.rows, strict=True)]
         rows = [[s.last_token, *d] for s, d in zip(plan.streams, drafts, strict=True)]
