@@ -12,7 +12,8 @@ away), ``waited`` (a draft-free round that did), ``joining`` (a step that also p
 For each cell it prints tok/s per repeat, and per kind the rounds per run and their median
 milliseconds; with several cells, each cell's ratio to the first per repeat (cells alternate, after
 one unmeasured run of each: the first run of a shape compiles its kernels on a GPU). The JSON
-holds each run's summary, with what the allocator expected its drafting rounds to gain and cost.
+holds each run's summary, with what the allocator expected its drafting rounds to gain and cost,
+the cost model's shapes as the run left them, and the last repeat's rounds one by one.
 ``--temperature`` samples every reply (seeded by its place in the workload, so every cell and repeat
 writes the same replies), top-p ``--top-p``; cells ``mlx-lm`` and ``mlx-lm-batch`` time mlx-lm
 greedy, or with its own sampler at those settings, as ``lanes bench`` does. ``--accelerator`` runs
@@ -203,12 +204,16 @@ def main() -> None:
                 continue
             s = summarise(TRACE.rounds)
             s["tok_s"] = run.tok_s
-            c = TRACE.costs
+            c, n = TRACE.costs, len(items)
             s["model_ms"] = {k: round(1e3 * v, 3) for k, v in {
-                "kept4": c.kept(4), "pass4x1": c.cost(4, 1, keys=400), "pass4x16": c.cost(4, 16, keys=400),
+                f"kept{n}": c.kept(n), f"pass{n}x1": c.cost(n, 1, keys=400), f"pass{n}x16": c.cost(n, 16, keys=400),
                 "overhead": c.overhead}.items()}
+            s["observed_ms"] = {k: round(1e3 * v, 3) for k, v in c.snapshot().items()}  # as the run left them
+            if rep == args.repeats:
+                s["trace"] = TRACE.rounds  # the last repeat's rounds, each as the allocator saw it
             runs[spec].append(s)
-            print(f"{rep} {spec}: {run.tok_s:.1f} tok/s {json.dumps(s)}", file=sys.stderr)
+            print(f"{rep} {spec}: {run.tok_s:.1f} tok/s {json.dumps({k: v for k, v in s.items() if k != 'trace'})}",
+                  file=sys.stderr)
     for spec in specs:
         tok = [s["tok_s"] for s in runs[spec]]
         print(f"{spec}: median {statistics.median(tok):.1f} tok/s over {len(tok)}: {[round(t, 1) for t in tok]}")
