@@ -23,7 +23,8 @@
 # to one, four (Lanes' default on a GPU) or eight chunks' padded positions; engine.rounds.joins), attention (`scripts/attention_shapes.py`:
 # masked attention of a drafting round's shape, new shapes against a repeated one, bfloat16 with and without cuDNN and float32),
 # continue (`on` against `on:continue_copies=false`, copy-heavy at 1 and 4 streams and mixed at 4: a drafting
-# round's successor run ahead with the copies' continuations, engine.rounds.run_ahead), tiny (tiny random models of each cache kind through copy-heavy:
+# round's successor run ahead with the copies' continuations, engine.rounds.run_ahead), starts (`on` against
+# `on:start_copies=false`, copy-heavy at 8 and 1 streams and mixed at 4: copies started in rounds run ahead), tiny (tiny random models of each cache kind through copy-heavy:
 # token equality and near-tie margins), server (`make bench-server`'s load and agent runs: the agent
 # workload through `lanes serve` and `mlx_lm.server` on the embedded model's llama folder; the
 # wheels must then hold the server's packages too: starlette, uvicorn, pydantic, openai and theirs),
@@ -120,6 +121,10 @@ for step in $STEPS; do
     continue)  # a drafting round's successor run ahead with the copies' continuations (the default) or not
       bench continue-1-copy-heavy copy-heavy --streams 1 --cells mlx-lm,plain,on,on:continue_copies=false
       for w in copy-heavy mixed; do bench "continue-$w" "$w" --cells mlx-lm-batch,plain,on,on:continue_copies=false; done ;;
+    starts)  # copies started in rounds run ahead (the default) or only by the allocator, dropping such a round
+      bench starts-8-copy-heavy copy-heavy --streams 8 --cells mlx-lm-batch,plain,on,on:start_copies=false
+      bench starts-1-copy-heavy copy-heavy --streams 1 --cells mlx-lm,plain,on,on:start_copies=false
+      bench starts-mixed mixed --cells mlx-lm-batch,plain,on,on:start_copies=false ;;
     joins)  # joining prompts prefilled alone (prefill_pass=1), in passes of one chunk, four (the default) or eight
       bench joins-16-mixed mixed --streams 16 --cells mlx-lm-batch,plain:prefill_pass=1,plain:prefill_pass=512,plain,plain:prefill_pass=4096 ;;
     bf16|bf16-ops)  # bf16-ops: the same with MLX_CUDA_USE_CUDNN_SDPA=0, files named *-ops

@@ -16,8 +16,9 @@ model as it was before contexts were priced (every round priced as if at the cal
 ``engine.drafts.context_cost``), so the two can be compared side by side; so are ``generic_pass=true``
 (the generic pass where the model has faster ones), ``compiled=false`` (an accelerator's passes
 uncompiled), ``prefill_pass=N`` (padded positions a pass that prefills several joining streams may
-take, ``engine.rounds.joins``; 1 prefills each stream alone) and ``continue_copies=false`` (no round
-run ahead after a drafting round, ``engine.rounds.run_ahead``).
+take, ``engine.rounds.joins``; 1 prefills each stream alone), ``continue_copies=false`` (no round
+run ahead after a drafting round, ``engine.rounds.run_ahead``) and ``start_copies=false`` (no copy
+started in a round run ahead).
 """
 
 from __future__ import annotations
@@ -49,9 +50,10 @@ SETTINGS: Mapping[str, type] = MappingProxyType({
     "compiled": bool,
     "prefill_pass": int,
     "continue_copies": bool,
+    "start_copies": bool,
 })
 INT_MINIMUM: Mapping[str, int] = MappingProxyType({"brief_match": 0})  # 0 turns it off; others start at 1
-ENGINE_SETTINGS = ("context_cost", "generic_pass", "compiled", "prefill_pass", "continue_copies")  # not family settings: with_settings leaves them out
+ENGINE_SETTINGS = ("context_cost", "generic_pass", "compiled", "prefill_pass", "continue_copies", "start_copies")  # not family settings: with_settings leaves them out
 _TRUE, _FALSE = ("true", "on", "yes", "1"), ("false", "off", "no", "0")
 
 
@@ -94,6 +96,11 @@ class Cell:
     def continue_copies(self) -> bool:
         """Whether an accelerator runs a drafting round's successor ahead with the copies' continuations."""
         return bool(self.settings.get("continue_copies", True))
+
+    @property
+    def start_copies(self) -> bool:
+        """Whether a round run ahead may start copies of windows granted no rows (engine.rounds.run_ahead)."""
+        return bool(self.settings.get("start_copies", True))
 
     def with_settings(self, family: Family) -> Family:
         """``family`` with this cell's settings applied (the family itself when there are none)."""

@@ -137,7 +137,7 @@ def run_lanes(loaded: LoadedModel, items: list[WorkItem], costs: CostModel, cell
     sched = Scheduler(loaded, emit, costs=costs)
     if cell.prefill_pass is not None:
         sched.prefill_pass = cell.prefill_pass
-    sched.continue_copies = cell.continue_copies
+    sched.continue_copies, sched.start_copies = cell.continue_copies, cell.start_copies
     t0 = time.perf_counter()
     for line, it in enumerate(items):
         sampled = {"temperature": sampling.temperature, "top_p": sampling.top_p, "seed": line} if sampling else {}

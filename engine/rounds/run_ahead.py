@@ -10,16 +10,20 @@ draft landed. Worked example: a stream at length 40 drafts [a, b] from a window 
 the next round's rows are [its choice after the kept rows, d, e] at 40 + kept. If a and b land
 and the model writes c after them, d and e are the copy going on; if not, they are guesses that
 verification rejects, and the round still yields the model's token at the right position: a
-round run ahead after a drafting round is never dropped.
+round run ahead after a drafting round is never dropped. A window granted no rows this round
+starts the same way: a stream at 40 offering [f, g, h] gets [its choice, g, h] next round, which
+lands g and h if the model writes f now. Such a start drops no pass (drafting from a round that
+ran ahead drops one), so a copy can start in a round of many streams where dropping would not pay.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 import mlx.core as mx
 
+from engine.drafts.allocator import Offer, allocate
 from engine.drafts.copy_index import Window
 from engine.rounds.round_plan import Round, RoundPlan, RunAhead
 from engine.rounds.sampling import draw, with_draws
@@ -62,16 +66,18 @@ def start(sched: Scheduler, r: Round, choices: mx.array) -> bool:
     allocator then prices dropping it) or no stream can offer a copy window next round whatever
     token it gets now (``Stream.surely_draft_free_next``): then every stream keeps exactly one
     position and the next round's inputs are this round's choices, still on the device (a sampling
-    stream's draws too: ``engine.rounds.sampling`` keys them by position, not by round); or this
-    round drafts and a copy goes on (``continue_copies``). The next pass is queued behind this one,
+    stream's draws too: ``engine.rounds.sampling`` keys them by position, not by round); or a copy
+    goes on or starts (``continue_copies``). The next pass is queued behind this one,
     so building its graph and this round's host work overlap the computation. Returns whether
     the lanes were advanced here (each stream by one position; after a drafting round, by what it
     keeps, once verified on the host).
     """
     if sched.joining or sched.lanes.recurrent:
         return False
-    if r.width != 1:
-        return continue_copies(sched, r, choices)
+    if r.width != 1 or any(w is not None for w in r.plan.windows):
+        continue_copies(sched, r, choices)
+        if r.width != 1 or sched.ahead is not None:
+            return False
     plan = r.plan
     if not (sched.passes.speculate_ahead or all(s.surely_draft_free_next(sched.recall) for s in plan.streams)):
         return False
@@ -94,12 +100,53 @@ def continuations(windows: Sequence[Window | None], drafts: Sequence[list[int]],
     window's next token after them: the rest of the window past that one, at most ``rows`` (the
     family's ``max_window``; windows are proposed twice that long for this). Once a window's first
     rows land, the rows after them land nearly always (docs/engine.md, "What happens in a round").
+    A window granted no rows continues too: it starts next round if the model writes its first token
+    now (a start, priced by ``starts``).
 
-    >>> continuations([Window("context", (1, 2, 3, 4, 5), 9), None], [[1, 2], []], 32)
-    [[4, 5], []]
+    >>> continuations([Window("context", (1, 2, 3, 4, 5), 9), Window("context", (7, 8, 9), 3), None],
+    ...               [[1, 2], [], []], 32)
+    [[4, 5], [8, 9], []]
     """
-    return [list(w.tokens[len(d) + 1 : len(d) + 1 + rows]) if w is not None and d else []
+    return [list(w.tokens[len(d) + 1 : len(d) + 1 + rows]) if w is not None else []
             for w, d in zip(windows, drafts, strict=True)]
+
+
+def starts(sched: Scheduler, r: Round, conts: list[list[int]]) -> list[list[int]]:
+    """``conts`` with the starts (windows this round verifies no rows of) cut to what pays
+    (``priced_starts``), each offered at its first row's chance times its copy rate: its row j
+    lands if the model writes the window's first token now and its rows up to j."""
+    offers = []
+    for i, (s, w, d, c) in enumerate(zip(r.plan.streams, r.plan.windows, r.drafts, conts, strict=True)):
+        if w is not None and c and not d and sched.start_copies:
+            rate, first = s.price(w)
+            offers.append(Offer(i, rate, len(c), first_rate=(rate if first is None else first) * rate))
+    if not offers:
+        return [c if d else [] for c, d in zip(conts, r.drafts, strict=True)]
+    batch, keys, costs = len(conts), max(sched.lanes.lengths), sched.costs
+    keep, base = costs.kept(batch, keys), costs.cost(batch, 1, keys=keys)
+    fam = sched.loaded.family
+    return priced_starts(conts, r.drafts, offers, lambda w: keep + max(0.0, costs.cost(batch, w, keys=keys) - base),
+                         fam.max_window + 1, fam.min_row_value)
+
+
+def priced_starts(conts: list[list[int]], drafts: Sequence[list[int]], offers: Sequence[Offer],
+                  ahead: Callable[[int], float], max_width: int, min_row_value: float) -> list[list[int]]:
+    """Each stream's continuation, a start's (no ``drafts``) cut to the rows the allocator grants it.
+
+    A copy going on keeps its continuation whole. A start drops no pass: its rows cost only the
+    width they add to a round that runs ahead anyway, ``ahead(width)`` seconds, at least as wide as
+    the copies going on make it; that round without starts is the allocator's baseline.
+
+    >>> flat = lambda w: 0.0129 + 0.0002 * (w - 1)      # 8 streams on a GPU: width is nearly free
+    >>> priced_starts([[5, 6, 7], [], [8, 9]], [[1], [], []], [Offer(2, 0.9, 2, first_rate=0.8)], flat, 33, 0.3)
+    [[5, 6, 7], [], [8, 9]]
+    >>> priced_starts([[], [8, 9]], [[], []], [Offer(1, 0.6, 2, first_rate=0.45)], flat, 33, 0.3)
+    [[], []]
+    """
+    going = 1 + max((len(c) for c, d in zip(conts, drafts, strict=True) if d), default=0)
+    rows = allocate(offers, len(conts), lambda b, w, k: ahead(max(w, going)), 0.0, max_width=max_width,
+                    min_row_value=min_row_value, keep_seconds=ahead(going)).rows
+    return [c if d else c[:k] for c, d, k in zip(conts, drafts, rows, strict=True)]
 
 
 def agreeing(windows: Sequence[Window | None], drafts: Sequence[list[int]]) -> list[Window | None]:
@@ -109,20 +156,23 @@ def agreeing(windows: Sequence[Window | None], drafts: Sequence[list[int]]) -> l
 
 
 def continue_copies(sched: Scheduler, r: Round, choices: mx.array) -> bool:
-    """After a drafting round, queue the next one with each copy's continuation (module docstring),
-    on an accelerator's passes, when some copy goes on. Each stream's kept rows and next token
+    """Queue the next round with each copy's continuation (module docstring) and the starts that
+    pay (``starts``), on an accelerator's passes, when some copy goes on or starts. Each stream's kept rows and next token
     (a sampling stream's draw) are computed on the device from this round's choices, and a sampling
     stream's rows drawn with the keys of the positions they land at. Returns False: the lanes
     advance when this round is verified on the host."""
     if not (sched.passes.speculate_ahead and sched.continue_copies):
         return False
-    conts = continuations(r.plan.windows, r.drafts, sched.loaded.family.max_window)
+    conts = starts(sched, r, continuations(r.plan.windows, r.drafts, sched.loaded.family.max_window))
     width = 1 + max(len(c) for c in conts)
     if width == 1:
         return False
     lanes = sched.lanes
-    drafted = mx.array([d + [-1] * (r.width - 1 - len(d)) for d in r.drafts], dtype=mx.int32)
-    landed = mx.cumprod((choices[:, :-1] == drafted).astype(mx.int32), axis=1).sum(axis=1)
+    if r.width == 1:
+        landed = mx.zeros((len(r.rows),), dtype=mx.int32)
+    else:
+        drafted = mx.array([d + [-1] * (r.width - 1 - len(d)) for d in r.drafts], dtype=mx.int32)
+        landed = mx.cumprod((choices[:, :-1] == drafted).astype(mx.int32), axis=1).sum(axis=1)
     nxt = mx.take_along_axis(choices, landed[:, None], axis=1).astype(mx.int32)
     offsets = mx.array(lanes.lengths, dtype=mx.int32) + landed.astype(mx.int32) + 1
     tail = mx.array([c + [0] * (width - 1 - len(c)) for c in conts], dtype=mx.int32)

@@ -113,6 +113,7 @@ class Scheduler:
         self.rounds_ahead, self.aheads_dropped = 0, 0  # rounds run ahead and kept, or dropped (run_ahead)
         self.copies_continued = 0  # of those kept, rounds that ran ahead after a drafting round
         self.continue_copies = True  # run a drafting round's successor ahead, where the passes speculate
+        self.start_copies = True  # and start in rounds run ahead copies granted no rows where they pay
         # Rounds run as a grouped pass (engine.passes.grouped), by numpy (engine.passes.numpy_pass);
         # prefill chunks computed inside a round's (grouped) pass.
         self.rounds_grouped, self.rounds_host, self.chunks_ridden = 0, 0, 0
