@@ -17,7 +17,8 @@ round that drafts after one drops a pass (priced as ``CostModel.cost(batch, 1)``
 what a round run ahead takes, by default that cost too) and probes wait, as the allocator does
 (``--probes drop`` lets them go anyway, ``after-copy`` once the reply has landed a copy: what
 either would copy), and a drafting round's successor runs ahead with the copies' continuations
-(``--no-continue``: it does not). Not modelled: Recall, the cost model's updates from timings, streams joining
+(``--no-continue``: it does not), and starts the windows granted no rows that pay
+(``--no-starts``: it does not). Not modelled: Recall, the cost model's updates from timings, streams joining
 at different times.
 
 With ``--ahead`` each replayed round also gets the kind ``scripts/round_trace.py`` sorts real rounds
@@ -45,7 +46,7 @@ from engine.drafts.cost_model import CostModel
 from engine.events import Request
 from engine.model.families import Family
 from engine.model.loading import load_model
-from engine.rounds.run_ahead import agreeing, continuations
+from engine.rounds.run_ahead import agreeing, continuations, priced_starts, widened
 from engine.rounds.stream import Stream
 
 
@@ -74,11 +75,12 @@ class Run:
 
 def replay(prompts: list[list[int]], references: list[list[int]], family: Family, tokenizer: Any,
            costs: CostModel, ahead: bool, kept: float | None = None, probes: str = "wait",
-           ids: list[str] | None = None, cont: bool = True) -> Run:
+           ids: list[str] | None = None, cont: bool = True, starts: bool = True) -> Run:
     """Replay ``references`` (replies to ``prompts``) in shared rounds, as a run of that many streams
     does; see the module docstring. ``kept``: what a round run ahead takes (default the cost model's
     draft-free pass at the round's batch). ``cont``: with ``ahead``, a drafting round's successor runs
-    ahead with the copies' continuations (``engine.rounds.run_ahead.continue_copies``)."""
+    ahead with the copies' continuations (``engine.rounds.run_ahead.continue_copies``); ``starts``:
+    a round run ahead also starts the windows granted no rows that pay (``run_ahead.starts``)."""
     streams = [Stream.start(Request(prompt_tokens=tuple(p), max_tokens=len(ref) + 1), list(p), family, tokenizer)
                for p, ref in zip(prompts, references, strict=True)]
     run = Run([Replay(sid, len(ref)) for sid, ref in zip(ids or [""] * len(streams), references, strict=True)])
@@ -100,6 +102,7 @@ def replay(prompts: list[list[int]], references: list[list[int]], family: Family
                 if probe and (probes == "drop" or (probes == "after-copy" and run.streams[i].copied > 0)):
                     probing.append(j)
         rows = [0] * batch
+        priced = {o.stream: o for o in offers}  # a start is offered at this round's price of its window
         if continued is not None:  # it verifies the continuations, as the window proposed now where they agree
             rows = [len(continued.get(i, [])) for i in active]
             windows = agreeing(windows, [continued.get(i, []) for i in active])
@@ -133,7 +136,13 @@ def replay(prompts: list[list[int]], references: list[list[int]], family: Family
             run.round_kinds["ahead" if continued is not None or (pending and not any(rows)) else
                             ("dropped" if pending else "draft") if any(rows) else "sync"] += 1
         drafted = [list(w.tokens[:k]) if w is not None else [] for w, k in zip(windows, rows, strict=True)]
-        tails = continuations(windows, drafted, family.max_window) if ahead and cont and any(rows) else []
+        tails: list[list[int]] = []
+        if ahead and cont:
+            tails = continuations(windows, drafted, family.max_window)
+            opening = [Offer(j, o.rate, len(tails[j]), first_rate=(o.rate if o.first_rate is None else o.first_rate) * o.rate)
+                       for j, o in priced.items() if starts and tails[j] and not drafted[j]]
+            tails = priced_starts(tails, drafted, opening, widened(costs, batch, kept or costs.cost(batch, 1)),
+                                  family.max_window + 1, family.min_row_value)
         continued = dict(zip(active, tails, strict=True)) if any(tails) else None
         pending = ahead and not any(rows)
         active = [i for i in active if len(streams[i].output) < len(references[i])]
@@ -162,6 +171,8 @@ def main() -> None:
     ap.add_argument("--kept-ms", type=float, default=None, help="what a round run ahead takes (module docstring)")
     ap.add_argument("--probes", choices=("wait", "drop", "after-copy"), default="wait",
                     help="with --ahead, whether a due probe may drop a pass run ahead")
+    ap.add_argument("--no-starts", action="store_true",
+                    help="with --ahead, no copy started in a round run ahead (start_copies=false)")
     ap.add_argument("--no-continue", action="store_true",
                     help="with --ahead, no round run ahead after a drafting round (continue_copies=false)")
     ap.add_argument("--together", action="store_true",
@@ -185,7 +196,7 @@ def main() -> None:
     for group in groups:
         r = replay([prompts[sid.split("#")[0]] for sid, _ in group], [ref for _, ref in group], loaded.family,
                    loaded.tokenizer, costs, args.ahead, kept, args.probes, [sid for sid, _ in group],
-                   not args.no_continue)
+                   not args.no_continue, not args.no_starts)
         for s in r.streams:
             kinds = ", ".join(f"{k} {n}" for k, n in sorted(s.kinds.items()))
             print(f"{s.stream}: {s.tokens} tokens in {s.rounds} rounds, {s.copied} copied; {kinds}")

@@ -8,6 +8,7 @@ from dataclasses import replace
 
 import pytest
 
+import engine.rounds.run_ahead as run_ahead_mod
 import engine.rounds.scheduler as scheduler_mod
 from engine.bench.cell_specs import parse_cell
 from engine.bench.runner import run_lanes
@@ -84,6 +85,7 @@ def test_greedy_equals_mlx_lm_under_adversarial_drafts(loaded, reference, chat_p
     eos = next(iter(loaded.tokenizer.eos_token_ids))
     monkeypatch.setattr(Stream, "propose", adversarial_proposer(rng, refs_by_id, len(loaded.tokenizer), eos))
     monkeypatch.setattr(scheduler_mod, "allocate", random_allocator(rng))
+    monkeypatch.setattr(run_ahead_mod, "allocate", random_allocator(rng))  # starts in rounds run ahead too
 
     assert loaded.passes.numpy_pass is not None  # the CPU's default
     passes = {"host": loaded.passes, "grouped": replace(loaded.passes, numpy_pass=None), "padded": GENERIC,

@@ -25,6 +25,7 @@ import mlx.core as mx
 
 from engine.drafts.allocator import Offer, allocate
 from engine.drafts.copy_index import Window
+from engine.drafts.cost_model import CostModel
 from engine.rounds.round_plan import Round, RoundPlan, RunAhead
 from engine.rounds.sampling import draw, with_draws
 
@@ -122,11 +123,16 @@ def starts(sched: Scheduler, r: Round, conts: list[list[int]]) -> list[list[int]
             offers.append(Offer(i, rate, len(c), first_rate=(rate if first is None else first) * rate))
     if not offers:
         return [c if d else [] for c, d in zip(conts, r.drafts, strict=True)]
-    batch, keys, costs = len(conts), max(sched.lanes.lengths), sched.costs
-    keep, base = costs.kept(batch, keys), costs.cost(batch, 1, keys=keys)
-    fam = sched.loaded.family
-    return priced_starts(conts, r.drafts, offers, lambda w: keep + max(0.0, costs.cost(batch, w, keys=keys) - base),
-                         fam.max_window + 1, fam.min_row_value)
+    batch, keys, fam = len(conts), max(sched.lanes.lengths), sched.loaded.family
+    ahead = widened(sched.costs, batch, sched.costs.kept(batch, keys), keys)
+    return priced_starts(conts, r.drafts, offers, ahead, fam.max_window + 1, fam.min_row_value)
+
+
+def widened(costs: CostModel, batch: int, keep: float, keys: int = 0) -> Callable[[int], float]:
+    """Seconds of a round run ahead ``width`` rows wide: ``keep`` (what a draft-free one takes, its
+    host work overlapped) plus what the width adds to its pass."""
+    base = costs.cost(batch, 1, keys=keys)
+    return lambda width: keep + max(0.0, costs.cost(batch, width, keys=keys) - base)
 
 
 def priced_starts(conts: list[list[int]], drafts: Sequence[list[int]], offers: Sequence[Offer],
