@@ -141,15 +141,22 @@ def priced_starts(conts: list[list[int]], drafts: Sequence[list[int]], offers: S
 
     A copy going on keeps its continuation whole. A start drops no pass: its rows cost only the
     width they add to a round that runs ahead anyway, ``ahead(width)`` seconds, at least as wide as
-    the copies going on make it; that round without starts is the allocator's baseline.
+    the copies going on make it; that round without starts is the allocator's baseline. After a
+    round that drafted and whose copies all broke off, nothing starts: the next round then runs
+    when this one's tokens are known, and its allocator drafts the windows proposed after them,
+    for every stream, without dropping anything (a start there would only lag a round behind).
 
     >>> flat = lambda w: 0.0129 + 0.0002 * (w - 1)      # 8 streams on a GPU: width is nearly free
     >>> priced_starts([[5, 6, 7], [], [8, 9]], [[1], [], []], [Offer(2, 0.9, 2, first_rate=0.8)], flat, 33, 0.3)
     [[5, 6, 7], [], [8, 9]]
     >>> priced_starts([[], [8, 9]], [[], []], [Offer(1, 0.6, 2, first_rate=0.45)], flat, 33, 0.3)
     [[], []]
+    >>> priced_starts([[], [8, 9]], [[1], []], [Offer(1, 0.9, 2, first_rate=0.8)], flat, 33, 0.3)
+    [[], []]
     """
     going = 1 + max((len(c) for c, d in zip(conts, drafts, strict=True) if d), default=0)
+    if going == 1 and any(drafts):
+        offers = ()
     rows = allocate(offers, len(conts), lambda b, w, k: ahead(max(w, going)), 0.0, max_width=max_width,
                     min_row_value=min_row_value, keep_seconds=ahead(going)).rows
     return [c if d else c[:k] for c, d, k in zip(conts, drafts, rows, strict=True)]
