@@ -111,7 +111,7 @@ def test_greedy_equals_mlx_lm_under_adversarial_drafts(loaded, reference, chat_p
     assert (sched.rounds_host > 0) == (mode == "host")
     stats = [e for e in events if isinstance(e, RoundStats)]
     if mode in ("ahead", "compiled"):
-        assert sched.copies_continued > 0 and sched.aheads_dropped > 0
+        assert sched.copies_continued > 0
         # Continued drafts verified after the copy had broken (no window), and some landing anyway.
         assert any(e.draft_rows and e.source is None for e in stats)
     else:
