@@ -124,15 +124,18 @@ def test_greedy_equals_mlx_lm_under_adversarial_drafts(loaded, reference, chat_p
         assert list(done[rid].tokens) == ref, f"stream {rid} differs from mlx-lm"
 
 
-@pytest.mark.parametrize("run_ahead_always", [False, True])
-def test_copy_drafts_land_and_match(loaded, reference, chat_prompt, run_ahead_always) -> None:
+@pytest.mark.parametrize("ahead", ["cpu", "starts", "no-starts"])
+def test_copy_drafts_land_and_match(loaded, reference, chat_prompt, ahead: str) -> None:
     """With the real proposer and allocator, copies are accepted and tokens still equal.
 
-    With ``run_ahead_always`` (an accelerator's passes, here on the CPU) rounds run ahead, with the
-    copies going on and starting in them (the adversarial test above drops such rounds too).
+    With an accelerator's passes (here on the CPU) rounds run ahead, with the copies going on and
+    starting in them. Without starts (the ``on:start_copies=false`` cell) a copy starts only from
+    the allocator, which drops the draft-free round that ran ahead: its positions are overwritten.
     """
+    run_ahead_always = ahead != "cpu"
     events: list[Event] = []
     sched = Scheduler(replace(loaded, passes=ACCELERATOR) if run_ahead_always else loaded, events.append)
+    sched.start_copies = ahead == "starts"
     reqs = [Request(prompt_tokens=tuple(chat_prompt(t)), max_tokens=64, own_copy_rates=False)
             for t in (prompts.COPY, prompts.CODE)]
     for r in reqs:
@@ -142,6 +145,7 @@ def test_copy_drafts_land_and_match(loaded, reference, chat_prompt, run_ahead_al
         for row, s in enumerate(sched.active):
             assert sched.lanes.lengths[row] == len(s.prompt) + len(s.output) - 1
     assert sched.rounds_ahead > 0 or not run_ahead_always
+    assert sched.aheads_dropped > 0 or ahead != "no-starts"  # (with starts, as timing prices them)
     assert (sched.copies_continued > 0) == run_ahead_always
     done = {e.request_id: e for e in events if isinstance(e, Finished)}
     for r in reqs:
