@@ -16,9 +16,9 @@
 # temperature 0.7, top-p 0.9), shaped (a random 4-bit bfloat16 model of Llama-3.2-1B's shape, 4 streams: speed only), qwen2 (the embedded
 # weights in mlx-lm's qwen2 module), bf16 (the embedded weights 8-bit and bfloat16 as mlx-community ships
 # models, `make-model embedded-8bit`: copy-heavy at 1 and 4 streams, no-copy at 4, in the dtype people's
-# models compute in, whose attention of several query rows MLX's CUDA backend runs as a cuDNN graph built
-# per exact shape, where float32's runs MLX's own ops), bf16-ops (bf16 with MLX_CUDA_USE_CUDNN_SDPA=0:
-# every such attention on MLX's own ops; STEPS="bf16 bf16-ops" is the A/B), joins (the embedded model at
+# models compute in, their attention of several query rows on MLX's own ops as Lanes sets it), bf16-cudnn
+# (bf16 with MLX_CUDA_USE_CUDNN_SDPA=1, MLX's default: that attention as cuDNN graphs built per exact
+# shape; STEPS="bf16 bf16-cudnn" is the A/B behind Lanes' setting, engine/model/machine.py), joins (the embedded model at
 # 16 streams of mixed, whose prompts join at once: each prefilled alone against several in one pass of up
 # to one, four (Lanes' default on a GPU) or eight chunks' padded positions; engine.rounds.joins), attention (`scripts/attention_shapes.py`:
 # masked attention of a drafting round's shape, new shapes against a repeated one, bfloat16 with and without cuDNN and float32),
@@ -127,11 +127,11 @@ for step in $STEPS; do
       bench starts-mixed mixed --cells mlx-lm-batch,plain,on,on:start_copies=false ;;
     joins)  # joining prompts prefilled alone (prefill_pass=1), in passes of one chunk, four (the default) or eight
       bench joins-16-mixed mixed --streams 16 --cells mlx-lm-batch,plain:prefill_pass=1,plain:prefill_pass=512,plain,plain:prefill_pass=4096 ;;
-    bf16|bf16-ops)  # bf16-ops: the same with MLX_CUDA_USE_CUDNN_SDPA=0, files named *-ops
+    bf16|bf16-cudnn)  # bf16-cudnn: the same with MLX's cuDNN attention, files named *-cudnn
       python3 -m engine.cli make-model embedded-8bit "$OUT/embedded-8bit" >/dev/null
       (
         sfx=""
-        if [ "$step" = bf16-ops ]; then export MLX_CUDA_USE_CUDNN_SDPA=0; sfx=-ops; fi
+        if [ "$step" = bf16-cudnn ]; then export MLX_CUDA_USE_CUDNN_SDPA=1; sfx=-cudnn; fi
         bench "bf16-1-copy-heavy$sfx" copy-heavy --streams 1 --model "$OUT/embedded-8bit" --cells mlx-lm,plain,on
         for w in copy-heavy no-copy; do bench "bf16-$w$sfx" "$w" --model "$OUT/embedded-8bit" --cells "$CELLS"; done
       )

@@ -183,19 +183,19 @@ def test_gpu_bench_traces_this_tree_and_a_base_one(tmp_path: Path) -> None:
 
 
 def test_gpu_bench_runs_the_bfloat16_model_with_cudnn_attention_off(tmp_path: Path) -> None:
-    """``gpu-bench.sh``'s ``bf16-ops`` step, on the CPU with this checkout's packages: the 8-bit bfloat16
+    """``gpu-bench.sh``'s ``bf16`` step, on the CPU with this checkout's packages: the 8-bit bfloat16
     folder through copy-heavy at one and four streams and no-copy at four, each run recording that
-    MLX's cuDNN attention was off, in files of their own beside ``bf16``'s."""
+    MLX's cuDNN attention was off, as Lanes sets it where the environment does not."""
     root = Path(__file__).parent.parent
     env = {k: v for k, v in os.environ.items() if not k.startswith("MLX_")}
-    env.update({"SITE": sysconfig.get_paths()["purelib"], "STEPS": "bf16-ops", "ROUNDS": "1", "MAX_TOKENS": "6",
+    env.update({"SITE": sysconfig.get_paths()["purelib"], "STEPS": "bf16", "ROUNDS": "1", "MAX_TOKENS": "6",
                 "CELLS": "plain,on", "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"})
     out = tmp_path / "out"
     done = subprocess.run(["bash", "scripts/gpu-bench.sh", str(tmp_path / "no-wheels"), str(out)],
                           cwd=root, env=env, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-2000:]
     runs = {p.name: json.loads(p.read_text()) for p in out.glob("gpu-*.json")}
-    assert set(runs) == {"gpu-bf16-1-copy-heavy-ops.json", "gpu-bf16-copy-heavy-ops.json", "gpu-bf16-no-copy-ops.json"}
+    assert set(runs) == {"gpu-bf16-1-copy-heavy.json", "gpu-bf16-copy-heavy.json", "gpu-bf16-no-copy.json"}
     for name, r in runs.items():
         assert r["machine"]["mlx_env"] == {"MLX_CUDA_USE_CUDNN_SDPA": "0", "MLX_ENABLE_CACHE_THRASHING_CHECK": "0"}, name
         assert r["streams"] == (1 if "-1-" in name else 4) and all(c["equal_streams"] == r["streams"]

@@ -34,6 +34,10 @@ MLX_DEFAULTS = {
     # Every prefill of a new length and every drafting round (its keys end at a new length) is a
     # miss, so a long session would fail its replies: a miss must cost time, never a reply.
     "MLX_ENABLE_CACHE_THRASHING_CHECK": "0",
+    # Those graphs (bfloat16 and float16 attention of several rows) are built per exact shape, and a
+    # drafting round's shape is new nearly every round: on MLX's own ops instead, a bfloat16 model's
+    # drafting rounds cost what their width does (the bf16 A/B in docs/benchmarks.md).
+    "MLX_CUDA_USE_CUDNN_SDPA": "0",
 }
 
 
@@ -50,8 +54,8 @@ def mlx_settings() -> dict[str, str]:
 
 def changed_settings(env: dict[str, str]) -> str:
     """The settings of ``mlx_settings()``'s record that are not Lanes' defaults, for a report line:
-    ``{"MLX_CUDA_USE_CUDNN_SDPA": "0", "MLX_ENABLE_CACHE_THRASHING_CHECK": "0"}`` gives
-    ``"MLX_CUDA_USE_CUDNN_SDPA=0"``."""
+    ``{"MLX_CUDA_USE_CUDNN_SDPA": "1", "MLX_ENABLE_CACHE_THRASHING_CHECK": "0"}`` gives
+    ``"MLX_CUDA_USE_CUDNN_SDPA=1"``."""
     return " ".join(f"{k}={v}" for k, v in sorted(env.items()) if MLX_DEFAULTS.get(k) != v)
 
 
