@@ -40,7 +40,7 @@ def test_bench_runs_every_cell_and_reports_token_equality(tmp_path: Path) -> Non
     data = json.loads(out.read_text())
     assert set(data["cells"]) == {"mlx-lm", "mlx-lm-batch", "plain", "off", "on"}
     assert data["model"] == "SmolLM2-135M-Instruct" and data["machine"]["cores"] >= 1
-    assert data["machine"]["mlx_env"] == {"MLX_ENABLE_CACHE_THRASHING_CHECK": "0"}  # set by `lanes` itself
+    assert data["machine"]["mlx_env"] == {"MLX_CUDA_USE_CUDNN_SDPA": "0", "MLX_ENABLE_CACHE_THRASHING_CHECK": "0"}  # set by `lanes`
     for name, cell in data["cells"].items():
         assert len(cell["rounds"]) == 2 and cell["median_tok_s"] > 0
         for rnd in cell["rounds"]:
