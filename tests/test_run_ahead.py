@@ -3,6 +3,9 @@ drafts, and which window its rows are recorded as."""
 
 from __future__ import annotations
 
+import doctest
+
+import engine.rounds.run_ahead as run_ahead
 from engine.drafts.allocator import Offer
 from engine.drafts.copy_index import Window
 from engine.rounds.run_ahead import agreeing, continuations, priced_starts
@@ -38,3 +41,7 @@ def test_a_start_is_granted_the_rows_that_pay_for_the_width_they_add_and_a_copy_
     assert out[1] == conts[1][:18]
     alone = [[], conts[1], [], []]  # no copy going on, and each row as dear as a round: no start
     assert priced_starts(alone, [[]] * 4, [likely], lambda w: 0.0129 * w, 33, 0.3) == [[]] * 4
+
+
+def test_docstring_examples() -> None:
+    assert doctest.testmod(run_ahead).failed == 0
