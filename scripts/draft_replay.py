@@ -139,9 +139,10 @@ def replay(prompts: list[list[int]], references: list[list[int]], family: Family
         tails: list[list[int]] = []
         if ahead and cont:
             tails = continuations(windows, drafted, family.max_window)
+            this = [continued.get(i, []) for i in active] if continued is not None else drafted  # as the engine's r.drafts
             opening = [Offer(j, o.rate, len(tails[j]), first_rate=(o.rate if o.first_rate is None else o.first_rate) * o.rate)
-                       for j, o in priced.items() if starts and tails[j] and not drafted[j]]
-            tails = priced_starts(tails, drafted, opening, widened(costs, batch, kept or costs.cost(batch, 1)),
+                       for j, o in priced.items() if starts and tails[j] and not this[j]]
+            tails = priced_starts(tails, this, opening, widened(costs, batch, kept or costs.cost(batch, 1)),
                                   family.max_window + 1, family.min_row_value)
         continued = dict(zip(active, tails, strict=True)) if any(tails) else None
         pending = ahead and not any(rows)

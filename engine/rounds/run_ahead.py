@@ -168,18 +168,18 @@ def agreeing(windows: Sequence[Window | None], drafts: Sequence[list[int]]) -> l
     return [w if w is not None and list(w.tokens[: len(d)]) == d else None for w, d in zip(windows, drafts, strict=True)]
 
 
-def continue_copies(sched: Scheduler, r: Round, choices: mx.array) -> bool:
+def continue_copies(sched: Scheduler, r: Round, choices: mx.array) -> None:
     """Queue the next round with each copy's continuation (module docstring) and the starts that
     pay (``starts``), on an accelerator's passes, when some copy goes on or starts. Each stream's kept rows and next token
     (a sampling stream's draw) are computed on the device from this round's choices, and a sampling
-    stream's rows drawn with the keys of the positions they land at. Returns False: the lanes
-    advance when this round is verified on the host."""
+    stream's rows drawn with the keys of the positions they land at. The lanes advance when this
+    round is verified on the host."""
     if not (sched.passes.speculate_ahead and sched.continue_copies):
-        return False
+        return
     conts = starts(sched, r, continuations(r.plan.windows, r.drafts, sched.loaded.family.max_window))
     width = 1 + max(len(c) for c in conts)
     if width == 1:
-        return False
+        return
     lanes = sched.lanes
     if r.width == 1:
         landed = mx.zeros((len(r.rows),), dtype=mx.int32)
@@ -201,4 +201,3 @@ def continue_copies(sched: Scheduler, r: Round, choices: mx.array) -> bool:
     mx.async_eval(sched.ahead.choices)
     lanes.end_round()
     lanes.begin_round(r.width, sizes)  # this round's, again: its verification advances the lanes
-    return False
