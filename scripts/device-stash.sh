@@ -12,7 +12,10 @@
 # step. Add `/.devstash/` to .git/info/exclude so none of it is committed. On the device, carry
 # one part per call into ~/stash (`mkdir -p ~/stash && cp .devstash/part.aa ~/stash/`), then in
 # the last call `cat ~/stash/part.* | xz -d | tar x -C ~` (it makes ~/site) and
-# `bash scripts/gpu-bench.sh - $OUT`.
+# `bash scripts/gpu-bench.sh - $OUT`. That run leaves the kernels MLX compiled in
+# $OUT/ptx-cache-mlx<version>-sm<arch>.tar.xz: keep it in .devstash/ and carry it with the last
+# part of the next lease, run with PTX_CACHE=.devstash/ptx-cache-...tar.xz, and the minutes of
+# compiling are not paid again.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 pin() { sed -n "s/.*\"$1\(\[[a-z]*\]\)\?==\([0-9.]*\)\".*/\2/p" pyproject.toml | head -n 1; }

@@ -50,6 +50,22 @@ if [ ! -d "$SITE/mlx_lm" ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" "$WHEELS"/*.whl
 fi
 export PYTHONPATH="$SITE:$PWD" PYTHONUNBUFFERED=1
+# MLX compiles its CUDA kernels on first use (NVRTC: minutes on a fresh machine) into
+# $TMPDIR/mlx/<version>/ptx as cubins of this GPU's architecture. The run leaves them in OUT as
+# ptx-cache-mlx<version>-sm<arch>.tar.xz; PTX_CACHE names such a file from an earlier lease, read
+# only where its MLX version and architecture are this machine's (device-stash.sh carries it).
+ARCH=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n 1 | tr -d . || true)
+VERSION=$(python3 -c "import mlx.core as mx; print(mx.__version__)")
+KERNELS=${TMPDIR:-/tmp}/mlx/$VERSION/ptx TAG=mlx$VERSION-sm$ARCH
+mkdir -p "$OUT"
+case ${PTX_CACHE:-} in
+  *"ptx-cache-$TAG.tar.xz") mkdir -p "$KERNELS" && tar xJf "$PTX_CACHE" -C "$KERNELS" && echo "kernels from $PTX_CACHE" ;;
+  "") ;;
+  *) echo "PTX_CACHE $PTX_CACHE is not this machine's (ptx-cache-$TAG.tar.xz): kernels compile afresh" >&2 ;;
+esac
+if [ -n "$ARCH" ]; then  # a GPU: leave its kernels for the next lease
+  trap '[ ! -d "$KERNELS" ] || tar cJf "$OUT/ptx-cache-$TAG.tar.xz" -C "$KERNELS" .' EXIT
+fi
 ROOT=$PWD  # this tree: its round_trace.py also times BASE's engine
 START=$SECONDS
 budget() {  # seconds a step may take: up to DEADLINE (unset: an hour), none under a minute
@@ -57,7 +73,6 @@ budget() {  # seconds a step may take: up to DEADLINE (unset: an hour), none und
   if [ "$left" -lt 60 ]; then echo "skipped: ${left}s left before DEADLINE" >&2; return 1; fi
   echo $(( left - 5 ))
 }
-mkdir -p "$OUT"
 bench() {  # NAME WORKLOAD [lanes bench args...]
   local name=$1 workload=$2 t; shift 2
   t=$(budget) || return 0

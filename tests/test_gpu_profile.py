@@ -201,3 +201,47 @@ def test_gpu_bench_runs_the_bfloat16_model_with_cudnn_attention_off(tmp_path: Pa
         assert r["streams"] == (1 if "-1-" in name else 4) and all(c["equal_streams"] == r["streams"]
                                                                    for c in r["cells"].values()), name
     assert not (out / "embedded-8bit").exists()
+
+
+def test_gpu_bench_leaves_the_kernels_it_compiled_for_the_next_lease(tmp_path: Path) -> None:
+    """``gpu-bench.sh`` on a machine whose ``nvidia-smi`` names an architecture leaves MLX's kernel cache
+    ($TMPDIR/mlx/<version>/ptx) in OUT, named by MLX's version and that architecture; ``PTX_CACHE``
+    puts such a file back on a fresh machine, and one of another version or architecture is refused
+    by name. Without a GPU nothing is left."""
+    import mlx.core as mx
+
+    root = Path(__file__).parent.parent
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "nvidia-smi").write_text("#!/bin/sh\necho 9.0\n")
+    (bin_dir / "nvidia-smi").chmod(0o755)
+    env = {**os.environ, "SITE": sysconfig.get_paths()["purelib"], "STEPS": " ",
+           "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+
+    def bench(out: str, tmp: str, gpu: bool, **more: str) -> subprocess.CompletedProcess[str]:
+        path = f"{bin_dir}:{env['PATH']}" if gpu else env["PATH"]
+        done = subprocess.run(["bash", "scripts/gpu-bench.sh", "-", str(tmp_path / out)], cwd=root,
+                              env={**env, "PATH": path, "TMPDIR": str(tmp_path / tmp), **more},
+                              capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-2000:]
+        return done
+
+    kernels = tmp_path / "lease1" / "mlx" / mx.__version__ / "ptx"
+    kernels.mkdir(parents=True)
+    (kernels / "gemv.ptx").write_bytes(b"\x7fELF cubin")
+    bench("cpu", "lease1", gpu=False)
+    assert not any((tmp_path / "cpu").iterdir())
+    bench("out1", "lease1", gpu=True)
+    left = tmp_path / "out1" / f"ptx-cache-mlx{mx.__version__}-sm90.tar.xz"
+    assert [p.name for p in (tmp_path / "out1").iterdir()] == [left.name]
+
+    (tmp_path / "lease2").mkdir()
+    back = bench("out2", "lease2", gpu=True, PTX_CACHE=str(left))
+    assert f"kernels from {left}" in back.stdout
+    assert (tmp_path / "lease2" / "mlx" / mx.__version__ / "ptx" / "gemv.ptx").read_bytes() == b"\x7fELF cubin"
+
+    other = tmp_path / "ptx-cache-mlx0.0.1-sm80.tar.xz"
+    other.write_bytes(left.read_bytes())
+    (tmp_path / "lease3").mkdir()
+    refused = bench("out3", "lease3", gpu=True, PTX_CACHE=str(other))
+    assert "is not this machine's" in refused.stderr and not (tmp_path / "lease3" / "mlx").exists()
