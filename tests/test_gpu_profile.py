@@ -215,6 +215,7 @@ def test_gpu_bench_leaves_the_kernels_it_compiled_for_the_next_lease(tmp_path: P
     bin_dir.mkdir()
     (bin_dir / "nvidia-smi").write_text("#!/bin/sh\necho 9.0\n")
     (bin_dir / "nvidia-smi").chmod(0o755)
+    # STEPS of a blank runs no step (an empty one would run the default ones): only the set-up and exit
     env = {**os.environ, "SITE": sysconfig.get_paths()["purelib"], "STEPS": " ",
            "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
 
