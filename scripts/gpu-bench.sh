@@ -33,7 +33,8 @@
 # alternated repeats; with BASE, a tree of an earlier commit from `scripts/device-stash.sh COMMIT`
 # carried along, each trace runs there too, with this tree's script, in the order this tree, BASE,
 # BASE, this tree, so that a lease slowing down mid-run favours neither: an A/B of an engine change on
-# one lease). TRACE_TIMEOUT bounds each (the first compiles kernels for minutes);
+# one lease; each run's rounds come back as OUT/trace-WORKLOAD-STREAMS-N-tree|base.json, N its place
+# in that order). TRACE_TIMEOUT bounds each (the first compiles kernels for minutes);
 # TRACE_TOKENS caps each reply; TRACE_CELLS replaces plain,on; TRACE_ARGS goes to round_trace.py as it is
 # (e.g. "--temperature 0.7", with which TRACE_CELLS may name mlx-lm and mlx-lm-batch).
 # MAX_TOKENS caps every benchmark's replies (a quick check of the script; the tables run the workloads' own).
@@ -43,6 +44,7 @@
 set -euo pipefail
 WHEELS=${1:?usage: gpu-bench.sh WHEELS_DIR [OUT_DIR]}
 OUT=${2:-out/gpu}
+mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd)  # absolute: the trace step runs inside BASE's tree too
 SITE=${SITE:-$HOME/site}
 ROUNDS=${ROUNDS:-3}
 STEPS=${STEPS:-"families embedded qwen2"}
@@ -119,12 +121,15 @@ for step in $STEPS; do
         --json "$OUT/gpu-server.json" 2>&1 | tail -n 3 ;;
     trace)
       for t in ${TRACES:-copy-heavy:1 copy-heavy:4 no-copy:4 mixed:4}; do
+        n=0
         for tree in . ${BASE:+"$BASE" "$BASE" .}; do
           left=$(budget) || break
+          n=$((n + 1)) side=$([ "$tree" = . ] && echo tree || echo base)
           echo "== trace ${t%%:*} at ${t##*:} streams: $tree"
           (cd "$tree" && PYTHONPATH="$SITE:$PWD" timeout "$(( left < ${TRACE_TIMEOUT:-240} ? left : ${TRACE_TIMEOUT:-240} ))" python3 "$ROOT/scripts/round_trace.py" \
             --workload "resources/workloads/${t%%:*}.jsonl" --streams "${t##*:}" --repeats "${REPEATS:-4}" \
-            --cells "${TRACE_CELLS:-plain,on}" ${TRACE_TOKENS:+--max-tokens "$TRACE_TOKENS"} ${TRACE_ARGS:-} 2>/dev/null | grep -v "joining\|waited") \
+            --cells "${TRACE_CELLS:-plain,on}" ${TRACE_TOKENS:+--max-tokens "$TRACE_TOKENS"} ${TRACE_ARGS:-} \
+            --json "$OUT/trace-${t%%:*}-${t##*:}-$n-$side.json" 2>/dev/null | grep -v "joining\|waited") \
             || echo "(trace failed or timed out)"
         done
       done ;;

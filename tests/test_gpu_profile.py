@@ -160,8 +160,9 @@ def test_draft_replay_reads_a_bench_result() -> None:
 
 def test_gpu_bench_traces_this_tree_and_a_base_one(tmp_path: Path) -> None:
     """``gpu-bench.sh``'s trace step, on the CPU with this checkout's packages: round_trace.py runs in
-    this tree and in a base tree (here HEAD's own files) in the order A, B, B, A; with too little time
-    left before ``DEADLINE`` nothing starts and the run still ends cleanly."""
+    this tree and in a base tree (here HEAD's own files) in the order A, B, B, A, each run's rounds
+    left in OUT as JSON; with too little time left before ``DEADLINE`` nothing starts and the run
+    still ends cleanly."""
     root = Path(__file__).parent.parent
     base = tmp_path / "base"
     base.mkdir()
@@ -177,6 +178,11 @@ def test_gpu_bench_traces_this_tree_and_a_base_one(tmp_path: Path) -> None:
     trees = [line.rsplit(": ", 1)[1] for line in done.stdout.splitlines() if line.startswith("== trace copy-heavy at 1")]
     assert trees == [".", str(base), str(base), "."]
     assert done.stdout.count("on/plain per repeat") == 4, done.stdout
+    kept = sorted(p.name for p in (tmp_path / "out").glob("trace-*.json"))  # each run's rounds come back
+    assert kept == [f"trace-copy-heavy-1-{n}-{side}.json" for n, side in ((1, "tree"), (2, "base"), (3, "base"), (4, "tree"))]
+    for name in kept:
+        runs = json.loads((tmp_path / "out" / name).read_text())["runs"]
+        assert set(runs) == {"plain", "on"} and all(r[0]["trace"] for r in runs.values())
     late = subprocess.run(["bash", "scripts/gpu-bench.sh", str(tmp_path / "no-wheels"), str(tmp_path / "out")],
                           cwd=root, env={**env, "DEADLINE": "30"}, capture_output=True, text=True, timeout=120)
     assert late.returncode == 0 and "== trace" not in late.stdout and "left before DEADLINE" in late.stderr
