@@ -38,6 +38,7 @@
 # TRACE_TOKENS caps each reply; TRACE_CELLS replaces plain,on; TRACE_ARGS goes to round_trace.py as it is
 # (e.g. "--temperature 0.7", with which TRACE_CELLS may name mlx-lm and mlx-lm-batch).
 # MAX_TOKENS caps every benchmark's replies (a quick check of the script; the tables run the workloads' own).
+# A step that fails says so and the steps after it still run (one lease, one call).
 # DEADLINE (seconds from the start) bounds the whole run: each benchmark or trace is cut at it and
 # none starts with under a minute left, so a device call's limit returns every finished JSON.
 # `scripts/device-stash.sh` makes WHEELS_DIR and BASE.
@@ -86,12 +87,13 @@ bench() {  # NAME WORKLOAD [lanes bench args...]
 for step in $STEPS; do
   case $step in
     families)
-      python3 -m pytest -c /dev/null --rootdir=. -q -p no:cacheprovider tests/test_families.py 2>&1 | tail -n 15 ;;
+      python3 -m pytest -c /dev/null --rootdir=. -q -p no:cacheprovider tests/test_families.py 2>&1 | tail -n 15 \
+        || echo "(family tests failed: the steps after them still run)" ;;
     tiny)
       for arch in gemma3_text nemotron_h lfm2 qwen3_next; do
-        python3 -m engine.cli make-model "$arch" "$OUT/tiny-$arch" >/dev/null
-        python3 -m engine.cli bench --workload resources/workloads/copy-heavy.jsonl --rounds 1 --cells mlx-lm,on \
-          --max-tokens 48 --model "$OUT/tiny-$arch" 2>&1 | grep -v "^round" | tail -n 8
+        { python3 -m engine.cli make-model "$arch" "$OUT/tiny-$arch" >/dev/null &&
+          python3 -m engine.cli bench --workload resources/workloads/copy-heavy.jsonl --rounds 1 --cells mlx-lm,on \
+            --max-tokens 48 --model "$OUT/tiny-$arch" 2>&1 | grep -v "^round" | tail -n 8; } || echo "(tiny $arch failed)"
         rm -rf "$OUT/tiny-$arch"
       done ;;
     embedded)
@@ -115,10 +117,10 @@ for step in $STEPS; do
     server)  # the agent run first: the load run's many shapes would otherwise compile inside it
       python3 -m engine.cli make-model embedded-as-llama "$OUT/embedded-llama" >/dev/null
       python3 -m engine.cli bench-server --mode agent --targets mlx-lm,lanes --clients 4 \
-        --model "$OUT/embedded-llama" --json "$OUT/gpu-agent.json" 2>&1 | tail -n 4
+        --model "$OUT/embedded-llama" --json "$OUT/gpu-agent.json" 2>&1 | tail -n 4 || echo "(bench-server agent failed)"
       rm -rf "$OUT/embedded-llama"
       python3 -m engine.cli bench-server --mode load --clients 16 --requests 64 --max-tokens 128 \
-        --json "$OUT/gpu-server.json" 2>&1 | tail -n 3 ;;
+        --json "$OUT/gpu-server.json" 2>&1 | tail -n 3 || echo "(bench-server load failed)" ;;
     trace)
       for t in ${TRACES:-copy-heavy:1 copy-heavy:4 no-copy:4 mixed:4}; do
         n=0
@@ -137,7 +139,8 @@ for step in $STEPS; do
       for run in bfloat16:1 bfloat16:0 float32:1; do
         t=$(budget) || break
         echo "MLX_CUDA_USE_CUDNN_SDPA=${run#*:}:"
-        MLX_CUDA_USE_CUDNN_SDPA=${run#*:} timeout "$t" python3 scripts/attention_shapes.py --dtype "${run%%:*}" --shapes 600 2>&1 | tail -n 2
+        MLX_CUDA_USE_CUDNN_SDPA=${run#*:} timeout "$t" python3 scripts/attention_shapes.py --dtype "${run%%:*}" --shapes 600 2>&1 | tail -n 2 \
+          || echo "(attention_shapes.py failed or was cut at DEADLINE)"
       done ;;
     continue)  # a drafting round's successor run ahead with the copies' continuations (the default) or not
       bench continue-1-copy-heavy copy-heavy --streams 1 --cells mlx-lm,plain,on,on:continue_copies=false

@@ -252,3 +252,23 @@ def test_gpu_bench_leaves_the_kernels_it_compiled_for_the_next_lease(tmp_path: P
     (tmp_path / "lease3").mkdir()
     refused = bench("out3", "lease3", gpu=True, PTX_CACHE=str(other))
     assert "is not this machine's" in refused.stderr and not (tmp_path / "lease3" / "mlx").exists()
+
+
+def test_gpu_bench_goes_on_after_a_step_fails(tmp_path: Path) -> None:
+    """A failing step says so and the steps after it still run: a lease is one device call, and on
+    the H100 three failed family tests once ended the run before its ``tiny`` step. Here a tree whose
+    family tests fail runs ``families`` twice: both run, each reporting the failure, and the script
+    ends cleanly."""
+    root = Path(__file__).parent.parent
+    tree = tmp_path / "tree"
+    (tree / "scripts").mkdir(parents=True)
+    (tree / "tests").mkdir()
+    (tree / "scripts" / "gpu-bench.sh").write_text((root / "scripts" / "gpu-bench.sh").read_text())
+    (tree / "tests" / "test_families.py").write_text("def test_fails():\n    assert False\n")
+    env = {**os.environ, "SITE": sysconfig.get_paths()["purelib"], "STEPS": "families families",
+           "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    done = subprocess.run(["bash", "scripts/gpu-bench.sh", "-", str(tmp_path / "out")], cwd=tree, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.count("1 failed") == 2, done.stdout
+    assert done.stdout.count("(family tests failed: the steps after them still run)") == 2
