@@ -3,7 +3,7 @@ timed whole and sorted by what kind of round it ran.
 
     PYTHONPATH=~/site:. python3 scripts/round_trace.py [--workload W] [--repeats N] [--cells plain,on]
         [--streams N] [--temperature T --top-p P]
-        [--accelerator] [--json OUT]
+        [--accelerator] [--costs TRACE_JSON] [--json OUT]
 
 Kinds: ``ahead`` (a draft-free round whose pass ran ahead: the pipeline's steady state), ``sync`` (a
 draft-free round computed when it came, e.g. the round after one that drafted), ``draft`` (a round
@@ -18,7 +18,11 @@ the cost model's shapes as the run left them, and the last repeat's rounds one b
 writes the same replies), top-p ``--top-p``; cells ``mlx-lm`` and ``mlx-lm-batch`` time mlx-lm
 greedy, or with its own sampler at those settings, as ``lanes bench`` does. ``--accelerator`` runs
 a GPU's round logic (passes that speculate ahead, prompt chunks of a GPU's length) on any device, to
-try the paths on a CPU. What it measured on the H200 is in docs/engine.md ("What happens in a round", item 7).
+try the paths on a CPU. ``--costs TRACE_JSON`` prices every round with the costs a device's run left
+(the JSON of an earlier trace there: the traced cell's last run, else its first cell's), held fixed,
+so that with ``--accelerator`` the CPU makes that device's choices; its times are still the CPU's,
+so read its rounds, not its tok/s. What it measured on the H200 is in docs/engine.md ("What happens in
+a round", item 7).
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from typing import Any
 from engine.bench.cell_specs import parse_cell
 from engine.bench.runner import _calibrated, prompts_for, run_lanes
 from engine.bench.workloads import at_streams, load_workload
+from engine.drafts.cost_model import CostModel
 from engine.model.loading import load_model
 from engine.passes.choice import ACCELERATOR
 from engine.rounds import scheduler as sched_mod
@@ -106,6 +111,31 @@ def _submit(self: Any, request: Any) -> None:
     _orig_submit(self, request)
 
 
+def device_costs(path: Path, cell: str) -> CostModel:
+    """The cost model a device's trace (``--json``) left after its run of ``cell`` (else of its first
+    cell), every observation turned off: its pass samples, its round run ahead and its host time
+    (not its cost per key of context, which a trace does not keep).
+
+    >>> import tempfile
+    >>> f = Path(tempfile.mkdtemp()) / "t.json"
+    >>> _ = f.write_text(json.dumps({"runs": {"on": [{"observed_ms": {"8x1": 16.0, "8x32": 20.0},
+    ...     "model_ms": {"kept8": 8.0, "pass8x1": 16.0, "overhead": 0.5}}]}}))
+    >>> c = device_costs(f, "on")
+    >>> c.observe(8, 1, 1.0); c.observe_kept(8, 1.0)
+    >>> round(c.cost(8, 1) * 1e3, 1), round(c.kept(8) * 1e3, 1), round(c.overhead * 1e3, 1)
+    (16.0, 8.0, 0.5)
+    """
+    runs = json.loads(path.read_text())["runs"]
+    run = (runs.get(cell) or next(iter(runs.values())))[-1]
+    costs = CostModel.from_snapshot({k: v / 1e3 for k, v in run["observed_ms"].items()})
+    for key, ms in run["model_ms"].items():
+        if key.startswith("kept"):
+            costs.observe_kept(int(key.removeprefix("kept")), ms / 1e3)
+    costs.observe_overhead(run["model_ms"]["overhead"] / 1e3)
+    costs.observe = costs.observe_kept = costs.observe_overhead = lambda *a, **k: None  # type: ignore[method-assign]
+    return costs
+
+
 def _step(self: Any) -> None:
     TRACE.current = {"joining": bool(self.joining)}
     t0 = time.perf_counter()
@@ -167,6 +197,7 @@ def main() -> None:
     ap.add_argument("--temperature", type=float, default=0.0)
     ap.add_argument("--top-p", type=float, default=1.0)
     ap.add_argument("--accelerator", action="store_true")
+    ap.add_argument("--costs", type=Path, default=None, help="a device's trace JSON: its costs, held fixed")
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args()
     sched_mod.allocate = _allocate
@@ -183,7 +214,7 @@ def main() -> None:
     items = load_workload(args.workload, args.max_tokens)
     if args.streams:
         items = at_streams(items, args.streams)
-    costs = _calibrated(loaded)
+    costs = _calibrated(loaded) if args.costs is None else device_costs(args.costs, args.cells.split(",")[-1])
     print("costs ms", {k: round(v * 1e3, 2) for k, v in costs.snapshot().items()}, "context", costs.context,
           file=sys.stderr)
     specs = args.cells.split(",")

@@ -83,6 +83,30 @@ def test_round_trace_sorts_a_workloads_rounds_by_kind(tmp_path: Path) -> None:
     assert runs["on"][0]["drafting"]["accepted"] > 0
 
 
+def test_round_trace_prices_rounds_with_a_devices_costs_held_fixed(tmp_path: Path) -> None:
+    """``round_trace.py --costs``: a device's trace JSON prices every round, and its rounds change
+    nothing in it, so the CPU makes that device's choices (here costs of an H100's 8-stream trace,
+    written as a literal); ``device_costs``' worked example runs too."""
+    import doctest
+
+    assert doctest.testmod(_load("round_trace")).failed == 0
+    root = Path(__file__).parent.parent
+    device = {"8x1": 16.45, "8x32": 20.25, "2x1": 18.31, "2x8": 21.42, "1x1": 8.59, "4x1": 16.95, "4x8": 19.19}
+    (tmp_path / "h100.json").write_text(json.dumps({"runs": {"on": [{"observed_ms": device, "model_ms": {
+        "kept8": 8.2, "pass8x1": 16.45, "pass8x16": 19.7, "overhead": 0.43}}]}}))
+    out = tmp_path / "trace.json"
+    done = subprocess.run(
+        [sys.executable, "scripts/round_trace.py", "--workload", "resources/workloads/copy-heavy.jsonl",
+         "--streams", "2", "--repeats", "1", "--max-tokens", "24", "--cells", "on", "--accelerator",
+         "--costs", str(tmp_path / "h100.json"), "--json", str(out)], cwd=root, capture_output=True, text=True,
+        timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    traced = json.loads(out.read_text())
+    (run,) = traced["runs"]["on"]
+    assert run["observed_ms"] == pytest.approx(device) and traced["costs_ms"] == pytest.approx(device)
+    assert run["model_ms"]["overhead"] == pytest.approx(0.43) and run["drafting"]["accepted"] > 0
+
+
 def test_round_trace_samples_and_times_mlx_lms_sampler(tmp_path: Path) -> None:
     """With ``--temperature`` the Lanes cells sample (on the device, their rounds run ahead with the
     GPU's round logic) and an mlx-lm cell times mlx-lm's own sampler; without it, mlx-lm greedy."""
