@@ -19,7 +19,8 @@ writes the same replies), top-p ``--top-p``; cells ``mlx-lm`` and ``mlx-lm-batch
 greedy, or with its own sampler at those settings, as ``lanes bench`` does. ``--accelerator`` runs
 a GPU's round logic (passes that speculate ahead, prompt chunks of a GPU's length) on any device, to
 try the paths on a CPU. ``--costs TRACE_JSON`` prices every round with the costs a device's run left
-(the JSON of an earlier trace there: the traced cell's last run, else its first cell's), held fixed,
+(the JSON of an earlier trace there: the last run of the last cell of ``--cells``, else of its
+first cell), held fixed,
 so that with ``--accelerator`` the CPU makes that device's choices; its times are still the CPU's,
 so read its rounds, not its tok/s. What it measured on the H200 is in docs/engine.md ("What happens in
 a round", item 7).
