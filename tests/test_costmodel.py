@@ -39,6 +39,19 @@ def test_extrapolates_past_the_widest_width() -> None:
     assert model.cost(1, 33) == pytest.approx(0.114 + 17 * 0.016 / 8)
 
 
+def test_past_the_widest_width_a_noisy_pair_is_not_stretched() -> None:
+    # Rounds an H100 timed in one run (ms): one noisy 1x2 above 1x8 used to price every pass past
+    # 1x8 at 1x2's 32.7 ms, and 8x1/8x2 (a compiled one-row pass beside an uncompiled wider one)
+    # put 8x16 at 32.4 + 15 * 5.3 = 112 ms. Past the widest width the cost now starts from it and
+    # rises no faster than the fit over every shape says a row adds.
+    lone = CostModel({(1, 1): 0.0150, (1, 2): 0.0327, (1, 8): 0.0174})
+    assert lone.cost(1, 16) == pytest.approx(0.0174)
+    calibrated = {(1, 1): 0.0062, (1, 8): 0.0090, (4, 1): 0.0069, (4, 8): 0.0084, (4, 16): 0.0136}
+    model = CostModel({**calibrated, (8, 1): 0.0324, (8, 2): 0.0377})
+    assert 0.0377 <= model.cost(8, 16) < 0.045  # the calibrated shapes add ~0.5 ms a row at 4 streams
+    assert model.cost(8, 2) == 0.0377  # observed shapes stay exact
+
+
 def test_unobserved_batch_uses_monotone_least_squares_fit() -> None:
     model = CostModel(CPU)
     # Least squares a + b*B + c*B*W over the 12 CPU shapes: a=52.1 ms, b=8.78 ms, c=3.92 ms.

@@ -9,8 +9,10 @@ How :meth:`CostModel.cost` answers for (B, W):
 
 1. an observed shape -> its moving average;
 2. a batch with observed widths -> linear in W between the nearest observed widths, and linear past
-   the ends using the slope of the two outermost widths (never sloping down); with only one observed
-   width for that batch, the fitted W-slope below is used;
+   the ends using the slope of the two outermost widths (never sloping down), past the widest never
+   steeper than the fitted W-slope below (two close widths' noise, or a step between them, such as
+   a GPU's compiled one-row pass beside an uncompiled wider one, must not be stretched over many
+   rows); with only one observed width for that batch, the fitted W-slope is used;
 3. an unobserved batch -> least-squares fit ``cost = a + b*B + c*B*W`` over all observed shapes, with
    b, c >= 0 so the fit never falls as B or W grows;
 4. fewer than 3 shapes, or shapes that cannot pin down a, b, c -> :data:`DEFAULT_CURVE`, scaled by the
@@ -308,9 +310,12 @@ class CostModel:
             w_lo, w_hi = widths[hi_i - 1], widths[hi_i]
             c_lo, c_hi = self._samples[(batch, w_lo)], self._samples[(batch, w_hi)]
             slope = (c_hi - c_lo) / (w_hi - w_lo)
-            if width < w_lo or width > w_hi:
-                slope = max(slope, 0.0)  # noise must not make a wider pass look cheaper out there
-            value = c_lo + slope * (width - w_lo)
+            if width < w_lo:
+                value = c_lo + max(slope, 0.0) * (width - w_lo)  # noise must not make a wider pass cheaper
+            elif width > w_hi:  # nor make one far past the widest dearer than the fit says a row adds
+                value = c_hi + min(max(slope, 0.0), self._w_slope(batch)) * (width - w_hi)
+            else:
+                value = c_lo + slope * (width - w_lo)
         return max(value, MIN_SECONDS)
 
     def snapshot(self) -> dict[str, float]:
