@@ -33,8 +33,9 @@
 # alternated repeats; with BASE, a tree of an earlier commit from `scripts/device-stash.sh COMMIT`
 # carried along, each trace runs there too, with this tree's script, in the order this tree, BASE,
 # BASE, this tree, so that a lease slowing down mid-run favours neither: an A/B of an engine change on
-# one lease; each run's rounds come back as OUT/trace-WORKLOAD-STREAMS-N-tree|base.json, N its place
-# in that order). TRACE_TIMEOUT bounds each (the first compiles kernels for minutes);
+# one lease; each run's rounds come back as trace-WORKLOAD-STREAMS-N-tree|base.json, N its place
+# in that order, packed into OUT/traces.tar.xz: a device call returns at most 8 files).
+# TRACE_TIMEOUT bounds each (the first compiles kernels for minutes);
 # TRACE_TOKENS caps each reply; TRACE_CELLS replaces plain,on; TRACE_ARGS goes to round_trace.py as it is
 # (e.g. "--temperature 0.7", with which TRACE_CELLS may name mlx-lm and mlx-lm-batch).
 # MAX_TOKENS caps every benchmark's replies (a quick check of the script; the tables run the workloads' own).
@@ -122,6 +123,7 @@ for step in $STEPS; do
       python3 -m engine.cli bench-server --mode load --clients 16 --requests 64 --max-tokens 128 \
         --json "$OUT/gpu-server.json" 2>&1 | tail -n 3 || echo "(bench-server load failed)" ;;
     trace)
+      mkdir -p "$OUT/traces"
       for t in ${TRACES:-copy-heavy:1 copy-heavy:4 no-copy:4 mixed:4}; do
         n=0
         for tree in . ${BASE:+"$BASE" "$BASE" .}; do
@@ -131,10 +133,12 @@ for step in $STEPS; do
           (cd "$tree" && PYTHONPATH="$SITE:$PWD" timeout "$(( left < ${TRACE_TIMEOUT:-240} ? left : ${TRACE_TIMEOUT:-240} ))" python3 "$ROOT/scripts/round_trace.py" \
             --workload "resources/workloads/${t%%:*}.jsonl" --streams "${t##*:}" --repeats "${REPEATS:-4}" \
             --cells "${TRACE_CELLS:-plain,on}" ${TRACE_TOKENS:+--max-tokens "$TRACE_TOKENS"} ${TRACE_ARGS:-} \
-            --json "$OUT/trace-${t%%:*}-${t##*:}-$n-$side.json" 2>/dev/null | grep -v "joining\|waited") \
+            --json "$OUT/traces/trace-${t%%:*}-${t##*:}-$n-$side.json" 2>/dev/null | grep -v "joining\|waited") \
             || echo "(trace failed or timed out)"
         done
-      done ;;
+      done
+      if compgen -G "$OUT/traces/*.json" > /dev/null; then tar cJf "$OUT/traces.tar.xz" -C "$OUT/traces" .; fi
+      rm -rf "$OUT/traces" ;;
     attention)  # bfloat16 through cuDNN's per-shape graphs, then on MLX's own ops; float32
       for run in bfloat16:1 bfloat16:0 float32:1; do
         t=$(budget) || break

@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import sysconfig
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -202,11 +203,15 @@ def test_gpu_bench_traces_this_tree_and_a_base_one(tmp_path: Path) -> None:
     trees = [line.rsplit(": ", 1)[1] for line in done.stdout.splitlines() if line.startswith("== trace copy-heavy at 1")]
     assert trees == [".", str(base), str(base), "."]
     assert done.stdout.count("on/plain per repeat") == 4, done.stdout
-    kept = sorted(p.name for p in (tmp_path / "out").glob("trace-*.json"))  # each run's rounds come back
-    assert kept == [f"trace-copy-heavy-1-{n}-{side}.json" for n, side in ((1, "tree"), (2, "base"), (3, "base"), (4, "tree"))]
-    for name in kept:
-        runs = json.loads((tmp_path / "out" / name).read_text())["runs"]
-        assert set(runs) == {"plain", "on"} and all(r[0]["trace"] for r in runs.values())
+    with tarfile.open(tmp_path / "out" / "traces.tar.xz") as packed:  # each run's rounds come back, in one file
+        kept = sorted(m.name.removeprefix("./") for m in packed.getmembers() if m.isfile())
+        assert kept == [f"trace-copy-heavy-1-{n}-{side}.json" for n, side in ((1, "tree"), (2, "base"), (3, "base"), (4, "tree"))]
+        for name in kept:
+            member = packed.extractfile(f"./{name}")
+            assert member is not None
+            runs = json.loads(member.read())["runs"]
+            assert set(runs) == {"plain", "on"} and all(r[0]["trace"] for r in runs.values())
+    assert not list((tmp_path / "out").glob("trace*.json")) and not (tmp_path / "out" / "traces").exists()
     late = subprocess.run(["bash", "scripts/gpu-bench.sh", str(tmp_path / "no-wheels"), str(tmp_path / "out")],
                           cwd=root, env={**env, "DEADLINE": "30"}, capture_output=True, text=True, timeout=120)
     assert late.returncode == 0 and "== trace" not in late.stdout and "left before DEADLINE" in late.stderr
