@@ -186,7 +186,7 @@ def test_draft_replay_reads_a_bench_result() -> None:
 def test_gpu_bench_traces_this_tree_and_a_base_one(tmp_path: Path) -> None:
     """``gpu-bench.sh``'s trace step, on the CPU with this checkout's packages: round_trace.py runs in
     this tree and in a base tree (here HEAD's own files) in the order A, B, B, A, each run's rounds
-    left in OUT as JSON; with too little time left before ``DEADLINE`` nothing starts and the run
+    packed as JSON into OUT/traces.tar.xz; with too little time left before ``DEADLINE`` nothing starts and the run
     still ends cleanly."""
     root = Path(__file__).parent.parent
     base = tmp_path / "base"
