@@ -313,7 +313,8 @@ class CostModel:
             if width < w_lo:
                 value = c_lo + max(slope, 0.0) * (width - w_lo)  # noise must not make a wider pass cheaper
             elif width > w_hi:  # nor make one far past the widest dearer than the fit says a row adds
-                value = c_hi + min(max(slope, 0.0), self._w_slope(batch)) * (width - w_hi)
+                rise = min(slope, self._w_slope(batch)) if slope > 0.0 else 0.0  # a refit only if it can cap
+                value = c_hi + rise * (width - w_hi)
             else:
                 value = c_lo + slope * (width - w_lo)
         return max(value, MIN_SECONDS)
