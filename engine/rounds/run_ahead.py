@@ -195,7 +195,10 @@ def continue_copies(sched: Scheduler, r: Round, choices: mx.array) -> None:
     lanes.end_round()
     lanes.begin_pending(width, offsets, most)
     logits = sched.passes.padded(sched.model, lanes, mx.concatenate([nxt, tail], axis=1))
-    draws = {i: draw(s.keys, logits[i], len(s.output) + 1 + landed[i], s.request.temperature, s.request.top_p)
+    # A sampling stream draws its own rows only: each costs a top-p sort of the vocabulary, and the
+    # rest of the round's width is padding that verification never reads.
+    draws = {i: draw(s.keys, logits[i, : 1 + len(conts[i])], len(s.output) + 1 + landed[i], s.request.temperature,
+                     s.request.top_p)
              for i, s in enumerate(r.plan.streams) if s.keys is not None}
     sched.ahead = RunAhead(list(r.plan.streams), with_draws(mx.argmax(logits, axis=-1), draws), conts, most + width)
     mx.async_eval(sched.ahead.choices)
