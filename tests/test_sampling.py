@@ -12,7 +12,7 @@ import pytest
 from mlx_lm.sample_utils import apply_top_p
 
 from engine.drafts.verification import verify
-from engine.rounds.sampling import draw, position_keys, sample_rows, with_draws
+from engine.rounds.sampling import Rows, draw, draw_all, position_keys, sample_rows, with_draws
 
 V = 5
 P0 = np.array([0.4, 0.3, 0.15, 0.1, 0.05])
@@ -120,6 +120,22 @@ def test_a_rows_draw_depends_on_its_position_alone() -> None:
     assert three == ones == draw(keys, logits[:2], 40, 0.9, 0.95).tolist() + draw(keys, logits[2:], 42, 0.9, 0.95).tolist()
     padded = mx.concatenate([logits[:2], logits[1:2]])  # positions 42, 43 and a padding row past key 43
     assert draw(keys, padded, 42, 0.9, 0.95).tolist()[1:] == [draw(keys, logits[1:2], 43, 0.9, 0.95).item()] * 2
+
+
+def test_streams_that_sample_alike_draw_in_one_call_what_each_draws_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A round's sampling streams share one ``sample_rows`` per (temperature, top-p), one vocabulary
+    sort for all their rows, and each stream still draws what it draws alone."""
+    import engine.rounds.sampling as sampling
+
+    rng = np.random.default_rng(1)
+    rows = {i: Rows(position_keys(seed, 50), mx.array(rng.normal(0, 2, size=(n, 300)), dtype=mx.float32), pos, t, p)
+            for i, (seed, n, pos, t, p) in enumerate([(3, 4, 10, 0.7, 0.9), (4, 1, 20, 1.0, 1.0), (5, 2, 48, 0.7, 0.9)])}
+    alone = {i: draw(*r).tolist() for i, r in rows.items()}
+    calls: list[int] = []
+    real = sampling.sample_rows
+    monkeypatch.setattr(sampling, "sample_rows", lambda lg, *a: calls.append(lg.shape[0]) or real(lg, *a))
+    together = {i: d.tolist() for i, d in draw_all(rows).items()}
+    assert together == alone and sorted(calls) == [1, 6]  # streams 0 and 2 together, 4 + 2 rows
 
 
 def test_with_draws_replaces_a_streams_rows_and_keeps_its_padding() -> None:

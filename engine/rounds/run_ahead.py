@@ -27,7 +27,7 @@ from engine.drafts.allocator import Offer, allocate
 from engine.drafts.copy_index import Window
 from engine.drafts.cost_model import CostModel
 from engine.rounds.round_plan import Round, RoundPlan, RunAhead
-from engine.rounds.sampling import draw, with_draws
+from engine.rounds.sampling import Rows, draw_all, with_draws
 
 if TYPE_CHECKING:
     from engine.rounds.scheduler import Scheduler
@@ -88,8 +88,8 @@ def start(sched: Scheduler, r: Round, choices: mx.array) -> bool:
     sched.lanes.end_round()
     sched.lanes.begin_round(1)
     logits = sched.passes.padded(sched.model, sched.lanes, choices.astype(mx.int32))
-    draws = {i: draw(s.keys, logits[i], len(s.output) + 1, s.request.temperature, s.request.top_p)
-             for i, s in enumerate(plan.streams) if s.keys is not None}
+    draws = draw_all({i: Rows(s.keys, logits[i], len(s.output) + 1, s.request.temperature, s.request.top_p)
+                      for i, s in enumerate(plan.streams) if s.keys is not None})
     sched.ahead = RunAhead(list(plan.streams), with_draws(mx.argmax(logits, axis=-1), draws))
     mx.async_eval(sched.ahead.choices)
     sched.lanes.end_round()
@@ -197,9 +197,9 @@ def continue_copies(sched: Scheduler, r: Round, choices: mx.array) -> None:
     logits = sched.passes.padded(sched.model, lanes, mx.concatenate([nxt, tail], axis=1))
     # A sampling stream draws its own rows only: each costs a top-p sort of the vocabulary, and the
     # rest of the round's width is padding that verification never reads.
-    draws = {i: draw(s.keys, logits[i, : 1 + len(conts[i])], len(s.output) + 1 + landed[i], s.request.temperature,
-                     s.request.top_p)
-             for i, s in enumerate(r.plan.streams) if s.keys is not None}
+    draws = draw_all({i: Rows(s.keys, logits[i, : 1 + len(conts[i])], len(s.output) + 1 + landed[i],
+                              s.request.temperature, s.request.top_p)
+                      for i, s in enumerate(r.plan.streams) if s.keys is not None})
     sched.ahead = RunAhead(list(r.plan.streams), with_draws(mx.argmax(logits, axis=-1), draws), conts, most + width)
     mx.async_eval(sched.ahead.choices)
     lanes.end_round()

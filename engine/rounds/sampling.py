@@ -19,6 +19,9 @@ drawn a at 40 with key 40, then c at 41 with key 41 from the same distribution: 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import NamedTuple
+
 import mlx.core as mx
 from mlx_lm.sample_utils import apply_top_p
 
@@ -40,12 +43,43 @@ def sample_rows(logits: mx.array, keys: mx.array, temperature: float, top_p: flo
     return mx.argmax(logprobs * (1.0 / temperature) + noise, axis=-1).astype(mx.int32)
 
 
+class Rows(NamedTuple):
+    """A sampling stream's rows of a round: its ``keys`` (``position_keys``), ``logits`` [rows, vocab]
+    at output positions ``position`` on (a number, or an array still on the device: a round run
+    ahead after a drafting one), and how it samples."""
+
+    keys: mx.array
+    logits: mx.array
+    position: int | mx.array
+    temperature: float
+    top_p: float
+
+
 def draw(keys: mx.array, logits: mx.array, position: int | mx.array, temperature: float, top_p: float) -> mx.array:
-    """A stream's draws for rows ``logits`` [rows, vocab] at output positions ``position`` on (a number,
-    or an array still on the device: a round run ahead after a drafting one); rows past its last key
-    (padding, never kept) reuse that key."""
-    at = mx.minimum(mx.arange(logits.shape[0], dtype=mx.int32) + position, keys.shape[0] - 1)
-    return sample_rows(logits, keys[at], temperature, top_p)
+    """A stream's draws for its ``Rows``; rows past its last key (padding, never kept) reuse that key."""
+    return draw_all({0: Rows(keys, logits, position, temperature, top_p)})[0]
+
+
+def draw_all(streams: Mapping[int, Rows]) -> dict[int, mx.array]:
+    """Each stream's draws (as ``draw``), with one ``sample_rows`` for all streams that sample alike:
+    every call sorts its rows' vocabularies and builds a graph, so a round's sampling streams share
+    one. A row's draw depends on its logits and key alone, so this equals drawing stream by stream."""
+    groups: dict[tuple[float, float], list[int]] = {}
+    for i, r in streams.items():
+        groups.setdefault((r.temperature, r.top_p), []).append(i)
+    out: dict[int, mx.array] = {}
+    for (temperature, top_p), ids in groups.items():
+        rows = [streams[i] for i in ids]
+        keys = [r.keys[mx.minimum(mx.arange(r.logits.shape[0], dtype=mx.int32) + r.position, r.keys.shape[0] - 1)]
+                for r in rows]
+        one = len(rows) == 1
+        drawn = sample_rows(rows[0].logits if one else mx.concatenate([r.logits for r in rows]),
+                            keys[0] if one else mx.concatenate(keys), temperature, top_p)
+        at = 0
+        for i, r in zip(ids, rows, strict=True):
+            out[i] = drawn[at : at + r.logits.shape[0]]
+            at += r.logits.shape[0]
+    return out
 
 
 def with_draws(choices: mx.array, draws: dict[int, mx.array]) -> mx.array:

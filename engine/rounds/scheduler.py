@@ -53,7 +53,7 @@ from engine.rounds import joins, run_ahead
 from engine.rounds.admission import Admission
 from engine.rounds.calibration import calibrate
 from engine.rounds.round_plan import Joining, Round, RoundPlan, RunAhead
-from engine.rounds.sampling import draw, with_draws
+from engine.rounds.sampling import Rows, draw_all, with_draws
 from engine.rounds.stream import Stream
 
 log = logging.getLogger(__name__)
@@ -337,7 +337,7 @@ class Scheduler:
             logits = self.passes.numpy_pass.logits(self.lanes, r.rows)
             best = logits.argmax(axis=-1).tolist()
             rows = [best[starts[i] : starts[i + 1]] for i in range(r.batch)]
-            draws = {i: self._draw(r, i, mx.array(logits[starts[i] : starts[i + 1]])) for i in r.sampling}
+            draws = self._draws(r, {i: mx.array(logits[starts[i] : starts[i + 1]]) for i in r.sampling})
             mx.eval(list(draws.values()))
             for i, d in draws.items():
                 rows[i] = d.tolist()
@@ -350,20 +350,23 @@ class Scheduler:
                                   self.passes.numpy_ops, self.passes.rope_table)
             pad = [[starts[i] + min(j, n - 1) for j in range(r.width)] for i, n in enumerate(sizes)]
             choices = mx.argmax(flat, axis=-1)[mx.array(pad, dtype=mx.int32)]
-            draws = {i: self._draw(r, i, flat[starts[i] : starts[i + 1]]) for i in r.sampling}
+            draws = self._draws(r, {i: flat[starts[i] : starts[i + 1]] for i in r.sampling})
             return self._choices(r, with_draws(choices, draws))
         self.lanes.begin_round(r.width, sizes)
         # Padding repeats a stream's last row: masked out by position, never kept.
         inputs = [row + [row[-1]] * (r.width - len(row)) for row in r.rows]
         logits = self.passes.padded(self.model, self.lanes, mx.array(inputs, dtype=mx.int32))
-        draws = {i: self._draw(r, i, logits[i, : sizes[i]]) for i in r.sampling}
+        draws = self._draws(r, {i: logits[i, : sizes[i]] for i in r.sampling})
         return self._choices(r, with_draws(mx.argmax(logits, axis=-1), draws))
 
-    def _draw(self, r: Round, i: int, logits: mx.array) -> mx.array:
-        """Stream ``i``'s draws for its rows of this round (``logits`` [rows, vocab])."""
-        s = r.plan.streams[i]
-        assert s.keys is not None
-        return draw(s.keys, logits, len(s.output), s.request.temperature, s.request.top_p)
+    def _draws(self, r: Round, logits: dict[int, mx.array]) -> dict[int, mx.array]:
+        """Each sampling stream's draws for its rows of this round (``logits[i]`` [rows, vocab])."""
+        rows = {}
+        for i, lg in logits.items():
+            s = r.plan.streams[i]
+            assert s.keys is not None
+            rows[i] = Rows(s.keys, lg, len(s.output), s.request.temperature, s.request.top_p)
+        return draw_all(rows)
 
     def _choices(self, r: Round, choices: mx.array) -> tuple[list[list[int]], bool]:
         """Queue the next round ahead where nothing can change it, then bring the choices to the host."""
