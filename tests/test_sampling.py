@@ -231,13 +231,15 @@ def test_a_seeded_reply_is_the_same_with_copies_or_without(loaded, chat_prompt) 
     prompt = [*tok.apply_chat_template(repeat, add_generation_prompt=True),
               *tok.encode("Sure: Lanes decodes", add_special_tokens=False)]
 
-    def run(drafts: bool, passes=None, beside: bool = False) -> tuple[tuple[int, ...], tuple[int, int], tuple[int, int]]:
+    def run(drafts: bool, passes=None, beside: str = "") -> tuple[tuple[int, ...], tuple[int, int], tuple[int, int]]:
         events: list = []
         sched = Scheduler(replace(loaded, passes=passes) if passes is not None else loaded, events.append)
         req = Request(prompt_tokens=tuple(prompt), max_tokens=48, temperature=0.7, top_p=0.9, seed=11, drafts=drafts)
         sched.submit(req)
-        if beside:
+        if beside == "sampling":
             sched.submit(Request(prompt_tokens=tuple(chat_prompt(prompts.OPEN)), max_tokens=48, temperature=1.0, seed=3))
+        elif beside == "greedy copying":
+            sched.submit(Request(prompt_tokens=tuple(prompt), max_tokens=48))
         while sched.busy:
             sched.step()
         done = next(e for e in events if isinstance(e, Finished) and e.request_id == req.id)
@@ -249,11 +251,64 @@ def test_a_seeded_reply_is_the_same_with_copies_or_without(loaded, chat_prompt) 
     copying, (drafted, landed), _ = run(drafts=True)
     assert none == (0, 0) and landed >= 3 and drafted > landed  # copies landed, and some were redrawn
     assert copying == alone
-    assert run(drafts=True, beside=True)[0] == alone
-    ahead, _, (rounds_ahead, _) = run(drafts=True, passes=ACCELERATOR, beside=True)
+    assert run(drafts=True, beside="sampling")[0] == alone
+    ahead, _, (rounds_ahead, _) = run(drafts=True, passes=ACCELERATOR, beside="sampling")
     assert rounds_ahead > 0 and ahead == alone
-    ahead, _, (_, continued) = run(drafts=True, passes=ACCELERATOR)
-    assert continued > 0 and ahead == alone  # a round run ahead after a drafting one, drawing at the device's positions
+    # A sampling stream's copies are not continued in rounds run ahead (engine.rounds.run_ahead)...
+    ahead, (_, landed), (rounds_ahead, continued) = run(drafts=True, passes=ACCELERATOR)
+    assert landed >= 3 and rounds_ahead > 0 and continued == 0 and ahead == alone
+    # ...but one beside a greedy stream's copy going on draws its next token at the position the
+    # device computed from what its drafts kept.
+    ahead, _, (_, continued) = run(drafts=True, passes=ACCELERATOR, beside="greedy copying")
+    assert continued > 0 and ahead == alone
+
+
+@pytest.mark.model
+@pytest.mark.parametrize("seed", [1, 2])
+def test_sampled_streams_beside_greedy_copies_keep_their_replies_under_adversarial_drafts(
+        loaded, reference, chat_prompt, monkeypatch, seed: int) -> None:
+    """Two seeded sampling streams and two greedy ones in one batch, with an accelerator's passes
+    (run ahead after drafting rounds, greedy copies continued there), windows right and wrong
+    granted at random to all four: the greedy streams equal mlx-lm and each sampling stream its
+    seed's reply without drafts, so a sampling stream's draws after a drafting round land at the
+    positions the device computed from what its drafts kept."""
+    import random
+
+    import engine.rounds.scheduler as scheduler_mod
+    from engine.events import Finished, Request
+    from engine.passes.choice import ACCELERATOR
+    from engine.rounds.scheduler import Scheduler
+    from engine.rounds.stream import Stream
+    from tests import prompts
+    from tests.test_fidelity import adversarial_proposer, random_allocator
+
+    accel = replace(loaded, passes=ACCELERATOR)
+    sampled = [Request(prompt_tokens=tuple(chat_prompt(t)), max_tokens=32, temperature=0.7, top_p=0.9, seed=seed + k)
+               for k, t in enumerate((prompts.COPY, prompts.OPEN))]
+    greedy = [Request(prompt_tokens=tuple(chat_prompt(t)), max_tokens=32) for t in (prompts.CODE, prompts.TYPOS)]
+    refs: dict[str, list[int]] = {r.id: reference(list(r.prompt_tokens or ()), 32) for r in greedy}
+    for r in sampled:
+        events: list = []
+        alone = Scheduler(accel, events.append)
+        alone.submit(replace(r, drafts=False))
+        while alone.busy:
+            alone.step()
+        refs[r.id] = list(next(e for e in events if isinstance(e, Finished)).tokens)
+
+    rng = random.Random(seed)
+    eos = next(iter(loaded.tokenizer.eos_token_ids))
+    monkeypatch.setattr(Stream, "propose", adversarial_proposer(rng, refs, len(loaded.tokenizer), eos))
+    monkeypatch.setattr(scheduler_mod, "allocate", random_allocator(rng))
+    events = []
+    sched = Scheduler(accel, events.append)
+    for r in (*sampled, *greedy):
+        sched.submit(r)
+    while sched.busy:
+        sched.step()
+    done = {e.request_id: list(e.tokens) for e in events if isinstance(e, Finished)}
+    assert sched.copies_continued > 0
+    for r in (*sampled, *greedy):
+        assert done[r.id] == refs[r.id], f"{'sampled' if r.temperature else 'greedy'} stream differs"
 
 
 REPEAT = [

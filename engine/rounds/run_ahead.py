@@ -14,6 +14,7 @@ round run ahead after a drafting round is never dropped. A window granted no row
 starts the same way: a stream at 40 offering [f, g, h] gets [its choice, g, h] next round, which
 lands g and h if the model writes f now. Such a start drops no pass (drafting from a round that
 ran ahead drops one), so a copy can start in a round of many streams where dropping would not pay.
+Only greedy streams' copies continue or start there; a sampling stream's draft from the allocator.
 """
 
 from __future__ import annotations
@@ -169,14 +170,18 @@ def agreeing(windows: Sequence[Window | None], drafts: Sequence[list[int]]) -> l
 
 
 def continue_copies(sched: Scheduler, r: Round, choices: mx.array) -> None:
-    """Queue the next round with each copy's continuation (module docstring) and the starts that
-    pay (``starts``), on an accelerator's passes, when some copy goes on or starts. Each stream's kept rows and next token
+    """Queue the next round with each greedy stream's copy continuation (module docstring) and the
+    starts that pay (``starts``), on an accelerator's passes, when some copy goes on or starts. Each stream's kept rows and next token
     (a sampling stream's draw) are computed on the device from this round's choices, and a sampling
     stream's rows drawn with the keys of the positions they land at. The lanes advance when this
     round is verified on the host."""
     if not (sched.passes.speculate_ahead and sched.continue_copies):
         return
-    conts = starts(sched, r, continuations(r.plan.windows, r.drafts, sched.loaded.family.max_window))
+    conts = continuations(r.plan.windows, r.drafts, sched.loaded.family.max_window)
+    # A sampling stream's copies only draft from the allocator: each of its rows lands with the
+    # draw's chance alone, so a long continuation rarely lands whole, and on an H100 sampled
+    # copy-heavy at 4 streams ran faster without (docs/benchmarks.md, "Sampled streams").
+    conts = starts(sched, r, [[] if s.keys is not None else c for s, c in zip(r.plan.streams, conts, strict=True)])
     width = 1 + max(len(c) for c in conts)
     if width == 1:
         return
