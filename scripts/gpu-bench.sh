@@ -33,8 +33,11 @@
 # alternated repeats; with BASE, a tree of an earlier commit from `scripts/device-stash.sh COMMIT`
 # carried along, each trace runs there too, with this tree's script, in the order this tree, BASE,
 # BASE, this tree, so that a lease slowing down mid-run favours neither: an A/B of an engine change on
-# one lease; each run's rounds come back as trace-WORKLOAD-STREAMS-N-tree|base.json, N its place
-# in that order, packed into OUT/traces.tar.xz: a device call returns at most 8 files).
+# one lease; PAIRS repeats that order (default 1); each run's rounds come back as
+# trace-WORKLOAD-STREAMS-N-tree|base.json, N its place in that order, packed into OUT/traces.tar.xz:
+# a device call returns at most 8 files). Processes of one tree can differ by more than an engine
+# change does (12-06: rounds run ahead 40% slower in both of one tree's processes), so an A/B keeps
+# `plain` among TRACE_CELLS and compares each process's on / plain.
 # TRACE_TIMEOUT bounds each (the first compiles kernels for minutes);
 # TRACE_TOKENS caps each reply; TRACE_CELLS replaces plain,on; TRACE_ARGS goes to round_trace.py as it is
 # (e.g. "--temperature 0.7", with which TRACE_CELLS may name mlx-lm and mlx-lm-batch).
@@ -126,7 +129,9 @@ for step in $STEPS; do
       mkdir -p "$OUT/traces"
       for t in ${TRACES:-copy-heavy:1 copy-heavy:4 no-copy:4 mixed:4}; do
         n=0
-        for tree in . ${BASE:+"$BASE" "$BASE" .}; do
+        order=()
+        for _ in $(seq "${PAIRS:-1}"); do order+=(.); if [ -n "${BASE:-}" ]; then order+=("$BASE" "$BASE" .); fi; done
+        for tree in "${order[@]}"; do
           left=$(budget) || break
           n=$((n + 1)) side=$([ "$tree" = . ] && echo tree || echo base)
           echo "== trace ${t%%:*} at ${t##*:} streams: $tree"

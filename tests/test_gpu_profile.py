@@ -186,8 +186,8 @@ def test_draft_replay_reads_a_bench_result() -> None:
 def test_gpu_bench_traces_this_tree_and_a_base_one(tmp_path: Path) -> None:
     """``gpu-bench.sh``'s trace step, on the CPU with this checkout's packages: round_trace.py runs in
     this tree and in a base tree (here HEAD's own files) in the order A, B, B, A, each run's rounds
-    packed as JSON into OUT/traces.tar.xz; with too little time left before ``DEADLINE`` nothing starts and the run
-    still ends cleanly."""
+    packed as JSON into OUT/traces.tar.xz; ``PAIRS`` repeats that order (without a base, this tree's
+    runs); with too little time left before ``DEADLINE`` nothing starts and the run still ends cleanly."""
     root = Path(__file__).parent.parent
     base = tmp_path / "base"
     base.mkdir()
@@ -212,6 +212,14 @@ def test_gpu_bench_traces_this_tree_and_a_base_one(tmp_path: Path) -> None:
             runs = json.loads(member.read())["runs"]
             assert set(runs) == {"plain", "on"} and all(r[0]["trace"] for r in runs.values())
     assert not list((tmp_path / "out").glob("trace*.json")) and not (tmp_path / "out" / "traces").exists()
+    alone = {k: v for k, v in env.items() if k != "BASE"}
+    twice = subprocess.run(["bash", "scripts/gpu-bench.sh", str(tmp_path / "no-wheels"), str(tmp_path / "twice")],
+                           cwd=root, env={**alone, "PAIRS": "2"}, capture_output=True, text=True, timeout=900)
+    assert twice.returncode == 0, twice.stderr[-2000:]
+    assert twice.stdout.count("== trace copy-heavy at 1 streams: .") == 2  # PAIRS repeats the order
+    with tarfile.open(tmp_path / "twice" / "traces.tar.xz") as packed:
+        assert sorted(m.name.removeprefix("./") for m in packed.getmembers() if m.isfile()) == [
+            "trace-copy-heavy-1-1-tree.json", "trace-copy-heavy-1-2-tree.json"]
     late = subprocess.run(["bash", "scripts/gpu-bench.sh", str(tmp_path / "no-wheels"), str(tmp_path / "out")],
                           cwd=root, env={**env, "DEADLINE": "30"}, capture_output=True, text=True, timeout=120)
     assert late.returncode == 0 and "== trace" not in late.stdout and "left before DEADLINE" in late.stderr
