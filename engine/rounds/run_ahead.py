@@ -14,7 +14,7 @@ round run ahead after a drafting round is never dropped. A window granted no row
 starts the same way: a stream at 40 offering [f, g, h] gets [its choice, g, h] next round, which
 lands g and h if the model writes f now. Such a start drops no pass (drafting from a round that
 ran ahead drops one), so a copy can start in a round of many streams where dropping would not pay.
-Only greedy streams' copies continue or start there; a sampling stream's draft from the allocator.
+Only greedy streams' copies continue or start there; a sampling stream's copies draft from the allocator.
 """
 
 from __future__ import annotations
