@@ -216,8 +216,8 @@ def test_sampled_streams_read_their_own_rows_of_a_grouped_pass(loaded, chat_prom
 def test_a_seeded_reply_is_the_same_with_copies_or_without(loaded, chat_prompt) -> None:
     """A sampled reply that copies from its prompt equals, token for token, the same seed's reply
     with copying off, alone or beside another stream, with the CPU's rounds or an accelerator's (its
-    draws run ahead on the device, after drafting rounds too, at positions the device computes):
-    each position's token is drawn with that position's key."""
+    draws run ahead on the device; its copies are not continued there, while a greedy stream's
+    beside it are): each position's token is drawn with that position's key."""
     from engine.events import Finished, Request, RoundStats
     from engine.passes.choice import ACCELERATOR
     from engine.rounds.scheduler import Scheduler
