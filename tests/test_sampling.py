@@ -12,7 +12,7 @@ import pytest
 from mlx_lm.sample_utils import apply_top_p
 
 from engine.drafts.verification import verify
-from engine.rounds.sampling import Rows, draw, draw_all, position_keys, sample_rows, with_draws
+from engine.rounds.sampling import Rows, draw_all, position_keys, sample_rows, with_draws
 
 V = 5
 P0 = np.array([0.4, 0.3, 0.15, 0.1, 0.05])
@@ -108,6 +108,11 @@ def test_draws_follow_mlx_lms_top_p_then_temperature(temperature: float, top_p: 
         assert stat < chi2_critical(max(df, 1)), f"chi2={stat:.1f} df={df} for {logits.size} tokens"
     assert reference_probs(np.log(np.array([0.5, 0.3, 0.15, 0.05])), 0.5, 0.85) == pytest.approx(
         [0.25 / 0.3625, 0.09 / 0.3625, 0.0225 / 0.3625, 0.0])
+
+
+def draw(keys: mx.array, logits: mx.array, position: int, temperature: float, top_p: float) -> mx.array:
+    """One stream's draws, alone in its round."""
+    return draw_all({0: Rows(keys, logits, position, temperature, top_p)})[0]
 
 
 def test_a_rows_draw_depends_on_its_position_alone() -> None:

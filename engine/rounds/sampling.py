@@ -55,15 +55,11 @@ class Rows(NamedTuple):
     top_p: float
 
 
-def draw(keys: mx.array, logits: mx.array, position: int | mx.array, temperature: float, top_p: float) -> mx.array:
-    """A stream's draws for its ``Rows``; rows past its last key (padding, never kept) reuse that key."""
-    return draw_all({0: Rows(keys, logits, position, temperature, top_p)})[0]
-
-
 def draw_all(streams: Mapping[int, Rows]) -> dict[int, mx.array]:
-    """Each stream's draws (as ``draw``), with one ``sample_rows`` for all streams that sample alike:
-    every call sorts its rows' vocabularies and builds a graph, so a round's sampling streams share
-    one. A row's draw depends on its logits and key alone, so this equals drawing stream by stream."""
+    """Each stream's draws for its ``Rows`` (rows past its last key, padding never kept, reuse that
+    key), with one ``sample_rows`` for all streams that sample alike: every call sorts its rows'
+    vocabularies and builds a graph, so a round's sampling streams share one. A row's draw depends
+    on its logits and key alone, so this equals drawing stream by stream."""
     groups: dict[tuple[float, float], list[int]] = {}
     for i, r in streams.items():
         groups.setdefault((r.temperature, r.top_p), []).append(i)
