@@ -38,6 +38,8 @@
 # a device call returns at most 8 files). Processes of one tree can differ by more than an engine
 # change does (12-06: rounds run ahead 40% slower in both of one tree's processes), so an A/B keeps
 # `plain` among TRACE_CELLS and compares each process's on / plain.
+# TRACE_PIN runs each trace process under `taskset -c TRACE_PIN` (e.g. 3, or 2-5): processes of one
+# tree have run 1.5x apart on lent hosts (12-06), and pinned processes may differ less.
 # TRACE_TIMEOUT bounds each (the first compiles kernels for minutes);
 # TRACE_TOKENS caps each reply; TRACE_CELLS replaces plain,on; TRACE_ARGS goes to round_trace.py as it is
 # (e.g. "--temperature 0.7", with which TRACE_CELLS may name mlx-lm and mlx-lm-batch).
@@ -135,7 +137,7 @@ for step in $STEPS; do
           left=$(budget) || break
           n=$((n + 1)) side=$([ "$tree" = . ] && echo tree || echo base)
           echo "== trace ${t%%:*} at ${t##*:} streams: $tree"
-          (cd "$tree" && PYTHONPATH="$SITE:$PWD" timeout "$(( left < ${TRACE_TIMEOUT:-240} ? left : ${TRACE_TIMEOUT:-240} ))" python3 "$ROOT/scripts/round_trace.py" \
+          (cd "$tree" && PYTHONPATH="$SITE:$PWD" timeout "$(( left < ${TRACE_TIMEOUT:-240} ? left : ${TRACE_TIMEOUT:-240} ))" ${TRACE_PIN:+taskset -c "$TRACE_PIN"} python3 "$ROOT/scripts/round_trace.py" \
             --workload "resources/workloads/${t%%:*}.jsonl" --streams "${t##*:}" --repeats "${REPEATS:-4}" \
             --cells "${TRACE_CELLS:-plain,on}" ${TRACE_TOKENS:+--max-tokens "$TRACE_TOKENS"} ${TRACE_ARGS:-} \
             --json "$OUT/traces/trace-${t%%:*}-${t##*:}-$n-$side.json" 2>/dev/null | grep -v "joining\|waited") \

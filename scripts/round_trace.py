@@ -13,7 +13,8 @@ For each cell it prints tok/s per repeat, and per kind the rounds per run and th
 milliseconds; with several cells, each cell's ratio to the first per repeat (cells alternate, after
 one unmeasured run of each: the first run of a shape compiles its kernels on a GPU). The JSON
 holds each run's summary, with what the allocator expected its drafting rounds to gain and cost,
-the cost model's shapes as the run left them, and the last repeat's rounds one by one.
+the cost model's shapes as the run left them, the last repeat's rounds one by one, and the CPUs the
+process could run on.
 ``--temperature`` samples every reply (seeded by its place in the workload, so every cell and repeat
 writes the same replies), top-p ``--top-p``; cells ``mlx-lm`` and ``mlx-lm-batch`` time mlx-lm
 greedy, or with its own sampler at those settings, as ``lanes bench`` does. ``--accelerator`` runs
@@ -31,6 +32,7 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import os
 import statistics
 import sys
 import time
@@ -262,8 +264,10 @@ def main() -> None:
                   f"{statistics.median(ratios):.3f}")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
+        # The CPUs it could run on: processes of one tree have run 1.5x apart (gpu-bench.sh's TRACE_PIN).
+        cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
         args.json.write_text(json.dumps({"costs_ms": {k: v * 1e3 for k, v in costs.snapshot().items()},
-                                         "runs": runs}, indent=1) + "\n")
+                                         "runs": runs, "cpus": cpus}, indent=1) + "\n")
 
 
 if __name__ == "__main__":

@@ -17,6 +17,8 @@ import pytest
 
 from engine.drafts.cost_model import CostModel
 
+LINUX = hasattr(os, "sched_getaffinity")  # where round_trace.py records its CPUs and taskset pins them
+
 
 def _load(name: str):  # -> the module scripts/<name>.py
     spec = importlib.util.spec_from_file_location(name, Path(__file__).parent.parent / "scripts" / f"{name}.py")
@@ -186,8 +188,9 @@ def test_draft_replay_reads_a_bench_result() -> None:
 def test_gpu_bench_traces_this_tree_and_a_base_one(tmp_path: Path) -> None:
     """``gpu-bench.sh``'s trace step, on the CPU with this checkout's packages: round_trace.py runs in
     this tree and in a base tree (here HEAD's own files) in the order A, B, B, A, each run's rounds
-    packed as JSON into OUT/traces.tar.xz; ``PAIRS`` repeats that order (without a base, this tree's
-    runs); with too little time left before ``DEADLINE`` nothing starts and the run still ends cleanly."""
+    packed as JSON into OUT/traces.tar.xz with the CPUs it ran on; ``PAIRS`` repeats that order
+    (without a base, this tree's runs); ``TRACE_PIN`` pins each run to the CPUs it names; with too
+    little time left before ``DEADLINE`` nothing starts and the run still ends cleanly."""
     root = Path(__file__).parent.parent
     base = tmp_path / "base"
     base.mkdir()
@@ -209,17 +212,22 @@ def test_gpu_bench_traces_this_tree_and_a_base_one(tmp_path: Path) -> None:
         for name in kept:
             member = packed.extractfile(f"./{name}")
             assert member is not None
-            runs = json.loads(member.read())["runs"]
+            data = json.loads(member.read())
+            runs = data["runs"]
             assert set(runs) == {"plain", "on"} and all(r[0]["trace"] for r in runs.values())
+            assert data["cpus"] == (sorted(os.sched_getaffinity(0)) if LINUX else None)
     assert not list((tmp_path / "out").glob("trace*.json")) and not (tmp_path / "out" / "traces").exists()
     alone = {k: v for k, v in env.items() if k != "BASE"}
+    pin = min(os.sched_getaffinity(0)) if LINUX else None  # TRACE_PIN (taskset): each run on that CPU alone
     twice = subprocess.run(["bash", "scripts/gpu-bench.sh", str(tmp_path / "no-wheels"), str(tmp_path / "twice")],
-                           cwd=root, env={**alone, "PAIRS": "2"}, capture_output=True, text=True, timeout=900)
+                           cwd=root, env={**alone, "PAIRS": "2", **({"TRACE_PIN": str(pin)} if LINUX else {})},
+                           capture_output=True, text=True, timeout=900)
     assert twice.returncode == 0, twice.stderr[-2000:]
     assert twice.stdout.count("== trace copy-heavy at 1 streams: .") == 2  # PAIRS repeats the order
     with tarfile.open(tmp_path / "twice" / "traces.tar.xz") as packed:
-        assert sorted(m.name.removeprefix("./") for m in packed.getmembers() if m.isfile()) == [
-            "trace-copy-heavy-1-1-tree.json", "trace-copy-heavy-1-2-tree.json"]
+        names = sorted(m.name.removeprefix("./") for m in packed.getmembers() if m.isfile())
+        assert names == ["trace-copy-heavy-1-1-tree.json", "trace-copy-heavy-1-2-tree.json"]
+        assert all(json.loads(packed.extractfile(f"./{n}").read())["cpus"] == ([pin] if LINUX else None) for n in names)
     late = subprocess.run(["bash", "scripts/gpu-bench.sh", str(tmp_path / "no-wheels"), str(tmp_path / "out")],
                           cwd=root, env={**env, "DEADLINE": "30"}, capture_output=True, text=True, timeout=120)
     assert late.returncode == 0 and "== trace" not in late.stdout and "left before DEADLINE" in late.stderr
