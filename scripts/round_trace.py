@@ -264,7 +264,7 @@ def main() -> None:
                   f"{statistics.median(ratios):.3f}")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        # The CPUs it could run on: processes of one tree have run 1.5x apart (gpu-bench.sh's TRACE_PIN).
+        # Where processes of one tree run at different speeds, where each ran (gpu-bench.sh's TRACE_PIN).
         cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
         args.json.write_text(json.dumps({"costs_ms": {k: v * 1e3 for k, v in costs.snapshot().items()},
                                          "runs": runs, "cpus": cpus}, indent=1) + "\n")
