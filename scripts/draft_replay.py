@@ -4,7 +4,7 @@ so a policy question costs no device time.
 
     .venv/bin/python scripts/draft_replay.py docs/bench/gpu-1-copy-heavy.json [--stream ID] [--ahead]
         [--kept-ms MS] [--probes wait|drop|after-copy] [--together]
-        [--round-ms ahead=A,sync=S,draft=D,dropped=P]
+        [--round-ms ahead=A,sync=S,draft=D,dropped=P] [--cell on:doubt_prior=0.6]
 
 Per stream it prints the rounds, the tokens that came from copies, and per kind of window (its
 rate key): how often it was drafted, and how often it was priced out though its first row would
@@ -18,8 +18,11 @@ what a round run ahead takes, by default that cost too) and probes wait, as the 
 (``--probes drop`` lets them go anyway, ``after-copy`` once the reply has landed a copy: what
 either would copy), and a drafting round's successor runs ahead with the copies' continuations
 (``--no-continue``: it does not), and starts the windows granted no rows that pay
-(``--no-starts``: it does not). Not modelled: Recall, the cost model's updates from timings, streams joining
-at different times.
+(``--no-starts``: it does not), a lone stream that has copied one row of those due a probe
+(``--no-probe-starts``: it does not). Not modelled: Recall, the cost model's updates from timings,
+streams joining at different times. ``--cell`` replays a ``lanes bench`` cell's copy pricing instead
+of ``on``'s: ``off`` (the fixed rate) or family settings (``on:doubt_prior=0.6``;
+``engine/bench/cell_specs.py``).
 
 With ``--ahead`` each replayed round also gets the kind ``scripts/round_trace.py`` sorts real rounds
 into: ``ahead`` (draft-free, its pass run ahead), ``sync`` (draft-free after a drafting round, so
@@ -39,10 +42,12 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from engine.bench.cell_specs import ENGINE_SETTINGS, Cell, parse_cell
 from engine.bench.runner import prompts_for
 from engine.bench.workloads import load_workload
 from engine.drafts.allocator import Offer, allocate
 from engine.drafts.cost_model import CostModel
+from engine.errors import LanesError
 from engine.events import Request
 from engine.model.families import Family
 from engine.model.loading import load_model
@@ -75,13 +80,17 @@ class Run:
 
 def replay(prompts: list[list[int]], references: list[list[int]], family: Family, tokenizer: Any,
            costs: CostModel, ahead: bool, kept: float | None = None, probes: str = "wait",
-           ids: list[str] | None = None, cont: bool = True, starts: bool = True) -> Run:
+           ids: list[str] | None = None, cont: bool = True, starts: bool = True,
+           own_copy_rates: bool | None = None, probe_starts: bool = True) -> Run:
     """Replay ``references`` (replies to ``prompts``) in shared rounds, as a run of that many streams
     does; see the module docstring. ``kept``: what a round run ahead takes (default the cost model's
     draft-free pass at the round's batch). ``cont``: with ``ahead``, a drafting round's successor runs
     ahead with the copies' continuations (``engine.rounds.run_ahead.continue_copies``); ``starts``:
-    a round run ahead also starts the windows granted no rows that pay (``run_ahead.starts``)."""
-    streams = [Stream.start(Request(prompt_tokens=tuple(p), max_tokens=len(ref) + 1), list(p), family, tokenizer)
+    a round run ahead also starts the windows granted no rows that pay (``run_ahead.starts``),
+    and with ``probe_starts`` one row of those due a probe; ``own_copy_rates``: the request's
+    setting (None: the family's)."""
+    streams = [Stream.start(Request(prompt_tokens=tuple(p), max_tokens=len(ref) + 1,
+                                          own_copy_rates=own_copy_rates), list(p), family, tokenizer)
                for p, ref in zip(prompts, references, strict=True)]
     run = Run([Replay(sid, len(ref)) for sid, ref in zip(ids or [""] * len(streams), references, strict=True)])
     active = [i for i, ref in enumerate(references) if ref]
@@ -140,7 +149,8 @@ def replay(prompts: list[list[int]], references: list[list[int]], family: Family
         if ahead and cont:
             tails = continuations(windows, drafted, family.max_window)
             this = [continued.get(i, []) for i in active] if continued is not None else drafted  # as the engine's r.drafts
-            opening = [Offer(j, o.rate, len(tails[j]), first_rate=(o.rate if o.first_rate is None else o.first_rate) * o.rate)
+            opening = [Offer(j, o.rate, len(tails[j]), o.probe and probe_starts and batch == 1 and streams[active[j]].copied > 0,
+                             first_rate=(o.rate if o.first_rate is None else o.first_rate) * o.rate)
                        for j, o in priced.items() if starts and tails[j] and not this[j]]
             tails = priced_starts(tails, this, opening, widened(costs, batch, kept or costs.cost(batch, 1)),
                                   family.max_window + 1, family.min_row_value)
@@ -164,6 +174,18 @@ def _round_ms(text: str) -> dict[str, float]:
     return out
 
 
+def _cell(text: str) -> Cell:
+    try:
+        cell = parse_cell(text)
+    except LanesError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
+    if not cell.drafts:
+        raise argparse.ArgumentTypeError(f"{text!r}: replay a drafting cell (off or on)")
+    if set(cell.settings) & set(ENGINE_SETTINGS):
+        raise argparse.ArgumentTypeError(f"{text!r}: engine settings have flags of their own here (--no-starts, ...)")
+    return cell
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("result", type=Path, help="a `lanes bench --json` result")
@@ -174,12 +196,16 @@ def main() -> None:
                     help="with --ahead, whether a due probe may drop a pass run ahead")
     ap.add_argument("--no-starts", action="store_true",
                     help="with --ahead, no copy started in a round run ahead (start_copies=false)")
+    ap.add_argument("--no-probe-starts", action="store_true",
+                    help="with --ahead, no probe started in a round run ahead (probe_starts=false)")
     ap.add_argument("--no-continue", action="store_true",
                     help="with --ahead, no round run ahead after a drafting round (continue_copies=false)")
     ap.add_argument("--together", action="store_true",
                     help="the streams in shared rounds, as the result's run had them (default: each alone)")
     ap.add_argument("--round-ms", type=_round_ms, default=None,
                     help="with --ahead, milliseconds per round kind, e.g. ahead=5.9,sync=14.3,draft=10.3,dropped=12.4")
+    ap.add_argument("--cell", type=_cell, default=parse_cell("on"),
+                    help="the drafting cell replayed: off, on, or either with family settings (on:doubt_prior=0.6)")
     args = ap.parse_args()
     if args.round_ms is not None and not args.ahead:
         ap.error("--round-ms prices an accelerator's rounds: give --ahead too")
@@ -195,9 +221,10 @@ def main() -> None:
               if args.stream in (None, sid) and sid.split("#")[0] in prompts]
     groups = [chosen] if args.together else [[c] for c in chosen]
     for group in groups:
-        r = replay([prompts[sid.split("#")[0]] for sid, _ in group], [ref for _, ref in group], loaded.family,
-                   loaded.tokenizer, costs, args.ahead, kept, args.probes, [sid for sid, _ in group],
-                   not args.no_continue, not args.no_starts)
+        r = replay([prompts[sid.split("#")[0]] for sid, _ in group], [ref for _, ref in group],
+                   args.cell.with_settings(loaded.family), loaded.tokenizer, costs, args.ahead, kept, args.probes,
+                   [sid for sid, _ in group], not args.no_continue, not args.no_starts, args.cell.own_copy_rates,
+                   not args.no_probe_starts)
         for s in r.streams:
             kinds = ", ".join(f"{k} {n}" for k, n in sorted(s.kinds.items()))
             print(f"{s.stream}: {s.tokens} tokens in {s.rounds} rounds, {s.copied} copied; {kinds}")

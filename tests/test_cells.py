@@ -98,3 +98,12 @@ def test_a_cell_may_run_the_generic_pass() -> None:
     assert cell.generic_pass and not parse_cell("on").generic_pass
     family = Family(name="x")
     assert cell.with_settings(family) == family  # an engine setting, not a family one
+
+
+def test_run_ahead_settings_are_the_engines_and_on_unless_turned_off() -> None:
+    cell = parse_cell("on:continue_copies=false:start_copies=false:probe_starts=false")
+    default = parse_cell("on")
+    assert (cell.continue_copies, cell.start_copies, cell.probe_starts) == (False, False, False)
+    assert (default.continue_copies, default.start_copies, default.probe_starts) == (True, True, True)
+    family = Family(name="x")
+    assert cell.with_settings(family) == family

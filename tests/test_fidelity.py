@@ -5,14 +5,15 @@ from __future__ import annotations
 
 import random
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
 import engine.rounds.run_ahead as run_ahead_mod
 import engine.rounds.scheduler as scheduler_mod
 from engine.bench.cell_specs import parse_cell
-from engine.bench.runner import run_lanes
-from engine.bench.workloads import WorkItem
+from engine.bench.runner import prompts_for, run_lanes
+from engine.bench.workloads import WorkItem, load_workload
 from engine.drafts.allocator import MIN_ROW_VALUE, Allocation
 from engine.drafts.context_cost import NO_CONTEXT_COST, ContextCost
 from engine.drafts.copy_index import Window
@@ -292,6 +293,37 @@ def test_a_cell_turns_off_continuing_copies_ahead(loaded, reference, chat_prompt
     assert runs["on"].copies_continued > 0 and runs["on:continue_copies=false"].copies_continued == 0
     for run in runs.values():
         assert run.tokens == {str(i): reference(chat_prompt(t), 48) for i, t in enumerate(texts)}
+
+
+def test_a_lone_stream_that_has_copied_probes_in_rounds_run_ahead(loaded, reference, monkeypatch) -> None:
+    """On an accelerator's passes (here on the CPU) a lone stream's draft-free rounds all run ahead,
+    so a probe of a kind its own rates priced out starts one row in one once the reply has copied
+    (engine.rounds.run_ahead); the cell ``on:probe_starts=false`` starts none, and neither does a
+    round of two streams (seen by a spy on the real ``priced_starts``) nor a reply that copies
+    nothing (alone it would probe three times without that rule). Every reply equals mlx-lm's."""
+    probing: list[int] = []  # the batch of each round run ahead that offered a probe start
+    real = run_ahead_mod.priced_starts
+
+    def spy(conts, drafts, offers, *args):
+        probing.extend(len(conts) for o in offers if o.probe)
+        return real(conts, drafts, offers, *args)
+
+    monkeypatch.setattr(run_ahead_mod, "priced_starts", spy)
+    accelerated = replace(loaded, passes=ACCELERATOR)
+    workloads = Path(__file__).parent.parent / "resources/workloads"
+    item = load_workload(workloads / "copy-heavy.jsonl", max_tokens=128)[0]
+    uncopied = load_workload(workloads / "no-copy.jsonl", max_tokens=128)[0]
+    items = [item, uncopied]
+    refs = {it.id: reference(p, 128) for it, p in zip(items, prompts_for(loaded, items), strict=True)}
+    runs = {spec: run_lanes(accelerated, [item], CostModel(), parse_cell(spec))
+            for spec in ("on", "on:probe_starts=false")}
+    assert runs["on"].probes_started > 0 and runs["on:probe_starts=false"].probes_started == 0
+    together = run_lanes(accelerated, items, CostModel(), parse_cell("on"))
+    alone = run_lanes(accelerated, [uncopied], CostModel(), parse_cell("on"))
+    assert probing and set(probing) == {1}, "probes start in rounds of one stream only"
+    assert alone.probes_started == 0 and alone.rows["context"]["accepted"] == 0
+    for run in (*runs.values(), together, alone):
+        assert run.tokens == {k: refs[k] for k in run.tokens} and run.tokens
 
 
 def test_a_stream_cancelled_while_a_continued_round_is_pending_leaves_the_others_exact(

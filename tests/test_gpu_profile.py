@@ -183,6 +183,28 @@ def test_draft_replay_reads_a_bench_result() -> None:
         refused = subprocess.run([sys.executable, "scripts/draft_replay.py", "docs/bench/gpu-1-copy-heavy.json", *bad],
                                  cwd=root, capture_output=True, text=True, timeout=300)
         assert refused.returncode == 2 and "--round-ms" in refused.stderr
+    for cell, why in (("plain", "drafting cell"), ("on:start_copies=false", "engine settings"), ("on:bogus=1", "bogus")):
+        refused = subprocess.run([sys.executable, "scripts/draft_replay.py", "docs/bench/gpu-1-copy-heavy.json",
+                                  "--cell", cell], cwd=root, capture_output=True, text=True, timeout=300)
+        assert refused.returncode == 2 and why in refused.stderr, refused.stderr[-500:]
+
+
+def test_draft_replay_prices_copies_as_a_cell_does_and_starts_a_lone_stream_s_probes() -> None:
+    """``--cell off`` prices every copy at the fixed rate (here copying more of the lone copy-heavy
+    reply of an H100 run than ``on``'s doubt prior lets it); a lone stream's probes started in rounds
+    run ahead test the doubtful windows ``on`` otherwise prices out, in fewer rounds."""
+    root = Path(__file__).parent.parent
+
+    def replayed(*args: str) -> tuple[int, int]:  # (rounds, copied tokens) of the one reply
+        done = subprocess.run([sys.executable, "scripts/draft_replay.py", "docs/bench/h100-1-copy-heavy.json",
+                               "--ahead", *args], cwd=root, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-2000:]
+        head = done.stdout.split(";")[0]  # "<id>: 256 tokens in R rounds, C copied"
+        return int(head.split(" rounds")[0].split()[-1]), int(head.split(" copied")[0].split()[-1])
+
+    on, waiting, fixed = replayed(), replayed("--no-probe-starts"), replayed("--no-probe-starts", "--cell", "off")
+    assert on[0] < waiting[0] and on[1] > waiting[1]
+    assert fixed[1] > waiting[1]
 
 
 def test_gpu_bench_traces_this_tree_and_a_base_one(tmp_path: Path) -> None:

@@ -45,3 +45,13 @@ def test_a_start_is_granted_the_rows_that_pay_for_the_width_they_add_and_a_copy_
 
 def test_docstring_examples() -> None:
     assert doctest.testmod(run_ahead).failed == 0
+
+
+def test_a_start_due_a_probe_gets_one_row_where_its_price_starts_none() -> None:
+    def ahead(width: int) -> float:  # a lone stream's GPU round: 6.5 ms, each row as dear again
+        return 0.0065 * width
+
+    doubtful = Offer(0, 0.6, 3, first_rate=0.45)  # a short match's window: priced out
+    assert priced_starts([[5, 6, 7]], [[]], [doubtful], ahead, 33, 0.3) == [[]]
+    probe = Offer(0, 0.6, 3, probe=True, first_rate=0.45)
+    assert priced_starts([[5, 6, 7]], [[]], [probe], ahead, 33, 0.3) == [[5]]

@@ -17,8 +17,8 @@ model as it was before contexts were priced (every round priced as if at the cal
 (the generic pass where the model has faster ones), ``compiled=false`` (an accelerator's passes
 uncompiled), ``prefill_pass=N`` (padded positions a pass that prefills several joining streams may
 take, ``engine.rounds.joins``; 1 prefills each stream alone), ``continue_copies=false`` (no round
-run ahead after a drafting round, ``engine.rounds.run_ahead``) and ``start_copies=false`` (no copy
-started in a round run ahead).
+run ahead after a drafting round, ``engine.rounds.run_ahead``), ``start_copies=false`` (no copy
+started in a round run ahead) and ``probe_starts=false`` (no probe started there).
 """
 
 from __future__ import annotations
@@ -51,9 +51,11 @@ SETTINGS: Mapping[str, type] = MappingProxyType({
     "prefill_pass": int,
     "continue_copies": bool,
     "start_copies": bool,
+    "probe_starts": bool,
 })
 INT_MINIMUM: Mapping[str, int] = MappingProxyType({"brief_match": 0})  # 0 turns it off; others start at 1
-ENGINE_SETTINGS = ("context_cost", "generic_pass", "compiled", "prefill_pass", "continue_copies", "start_copies")  # not family settings: with_settings leaves them out
+# Not family settings: with_settings leaves them out.
+ENGINE_SETTINGS = ("context_cost", "generic_pass", "compiled", "prefill_pass", "continue_copies", "start_copies", "probe_starts")
 _TRUE, _FALSE = ("true", "on", "yes", "1"), ("false", "off", "no", "0")
 
 
@@ -101,6 +103,11 @@ class Cell:
     def start_copies(self) -> bool:
         """Whether a round run ahead may start copies of windows granted no rows (engine.rounds.run_ahead)."""
         return bool(self.settings.get("start_copies", True))
+
+    @property
+    def probe_starts(self) -> bool:
+        """Whether a round run ahead starts one row of a window due a probe (engine.rounds.run_ahead)."""
+        return bool(self.settings.get("probe_starts", True))
 
     def with_settings(self, family: Family) -> Family:
         """``family`` with this cell's settings applied (the family itself when there are none)."""

@@ -48,6 +48,7 @@ class CellRun:
     rounds_ahead: int = 0  # rounds started before the previous round's tokens reached the host
     aheads_dropped: int = 0  # rounds run ahead, then dropped because the round drafted after all
     copies_continued: int = 0  # rounds run ahead after a drafting round (engine.rounds.run_ahead)
+    probes_started: int = 0  # probes started in rounds run ahead (engine.rounds.run_ahead)
     rounds_grouped: int = 0  # rounds run as a grouped pass (engine.passes.grouped)
     rounds_host: int = 0  # rounds run by numpy (engine.passes.numpy_pass)
     chunks_ridden: int = 0  # prefill chunks computed inside a round's pass
@@ -138,6 +139,7 @@ def run_lanes(loaded: LoadedModel, items: list[WorkItem], costs: CostModel, cell
     if cell.prefill_pass is not None:
         sched.prefill_pass = cell.prefill_pass
     sched.continue_copies, sched.start_copies = cell.continue_copies, cell.start_copies
+    sched.probe_starts = cell.probe_starts
     t0 = time.perf_counter()
     for line, it in enumerate(items):
         sampled = {"temperature": sampling.temperature, "top_p": sampling.top_p, "seed": line} if sampling else {}
@@ -151,6 +153,7 @@ def run_lanes(loaded: LoadedModel, items: list[WorkItem], costs: CostModel, cell
     run.forward_s, run.host_s, run.rounds = sched.forward_s, sched.host_s, sched.round
     run.rounds_ahead = sched.rounds_ahead
     run.copies_continued = sched.copies_continued
+    run.probes_started = sched.probes_started
     run.aheads_dropped = sched.aheads_dropped
     run.rounds_grouped = sched.rounds_grouped
     run.rounds_host = sched.rounds_host
@@ -307,7 +310,7 @@ def _summarise(
                 "tok_s": run.tok_s, "seconds": run.seconds, "tokens": run.generated, "streams": streams,
                 "forward_s": run.forward_s, "host_s": run.host_s, "engine_rounds": run.rounds,
                 "rounds_ahead": run.rounds_ahead, "aheads_dropped": run.aheads_dropped,
-                "copies_continued": run.copies_continued,
+                "copies_continued": run.copies_continued, "probes_started": run.probes_started,
                 "rounds_grouped": run.rounds_grouped, "rounds_host": run.rounds_host,
                 "chunks_ridden": run.chunks_ridden,
                 "prefills_joined": run.prefills_joined, "blas_threads": run.blas_threads,

@@ -23,7 +23,8 @@ Algorithm
 Where draft-free rounds run ahead (``engine.rounds.run_ahead``), the empty prefix costs
 ``keep_seconds`` (what such a round takes) instead of a width-1 pass plus overhead. When one is
 already on the device, drafting drops it: every drafting prefix then pays ``dropping`` (that
-pass) too, and probes wait for a round that drafts anyway or has nothing to drop.
+pass) too, and probes wait for a round that drafts anyway or has nothing to drop (a lone stream's
+also start in the round run ahead: ``engine.rounds.run_ahead``).
 
 Rows worth less than ``MIN_ROW_VALUE`` are never candidates, and a window whose first row is less
 likely to land than not (row 1 worth less than ``MIN_FIRST_ROW``) gets no rows at all. Inside a

@@ -54,9 +54,9 @@ then a break (decay 0.9) it is (0.9 + 1.8) / (1.9 + 4) = 0.46: stopped again unt
 Why not start them and learn: a prior of 0.6 did, and one broken first row then stopped the next
 ((0 + 4 * 0.6) / 5 = 0.48). On the mixed workload (``on``, ad hoc count, 2-core CPU) the doubtful
 windows so started were 37 of its 105 windows and 29 of its 48 broken ones, for 51 of its 533
-accepted tokens. Side by side in one ``lanes bench`` run (``docs/benchmarks.md``, "The doubt prior
-side by side in one run"), mixed's wasted rows were 0.45x ``off``'s at 0.45, 0.63x at 0.6 and 0.83x
-at 0.94, all level with ``off`` in speed; the cost is on copy-heavy, 0.93x ``off`` at 0.45 against
+accepted tokens. Side by side in one ``lanes bench`` run (``docs/benchmarks.md`` as of b5b3d36, "The
+doubt prior side by side in one run"), mixed's wasted rows were 0.45x ``off``'s at 0.45, 0.63x at 0.6
+and 0.83x at 0.94, all level with ``off`` in speed; the cost is on copy-heavy, 0.93x ``off`` at 0.45 against
 1.02x at 0.94 (7% fewer accepted tokens: a kind waits for its probe). From 0.94 it had taken five
 broken first rows in a row to stop them, and a reply seldom offers that many.
 
@@ -80,7 +80,8 @@ Once a source's rate is low enough that the allocator stops granting it rows, no
 test it again and the rate could never recover. So if a source's probe interval (``probe_every``
 rounds, i.e. ``tick`` calls, at first) passes without a window of it being recorded,
 ``probe_due(source)`` turns True; the engine then grants that stream's window one row outside the
-normal pricing, and recording the window resets the count. A window that lands nothing doubles the
+normal pricing (engine.drafts.allocator; a lone stream's rounds that run ahead start it there,
+engine.rounds.run_ahead), and recording the window resets the count. A window that lands nothing doubles the
 source's interval (8, 16, 32, 64 rounds at most) and one that lands anything resets it: in text
 that stays uncopyable the probes themselves would otherwise be most of the wasted rows, while a
 source whose text turns copyable again is re-tested within 64 rounds and recovers at once.

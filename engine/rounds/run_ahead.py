@@ -14,7 +14,13 @@ round run ahead after a drafting round is never dropped. A window granted no row
 starts the same way: a stream at 40 offering [f, g, h] gets [its choice, g, h] next round, which
 lands g and h if the model writes f now. Such a start drops no pass (drafting from a round that
 ran ahead drops one), so a copy can start in a round of many streams where dropping would not pay.
-Only greedy streams' copies continue or start there; a sampling stream's copies draft from the allocator.
+A lone stream's window whose kind is due a probe (engine.drafts.copy_rates, "Probe rule") starts
+one row so, once the reply has landed a copy: on its own a probe waits for a round that drops
+nothing, and a lone stream whose every round runs ahead would never test a kind it once priced out
+(its doubtful short matches on copy-heavy). Where several streams share rounds, a probe that breaks
+costs all of them a round that waits, for one stream's gain, and rounds that draft anyway come; a
+reply that has copied nothing is likely to copy nothing, and its probes would only cost. Only
+greedy streams' copies continue or start there; a sampling stream's copies draft from the allocator.
 """
 
 from __future__ import annotations
@@ -116,17 +122,21 @@ def continuations(windows: Sequence[Window | None], drafts: Sequence[list[int]],
 def starts(sched: Scheduler, r: Round, conts: list[list[int]]) -> list[list[int]]:
     """``conts`` with the starts (windows this round verifies no rows of) cut to what pays
     (``priced_starts``), each offered at its first row's chance times its copy rate: its row j
-    lands if the model writes the window's first token now and its rows up to j."""
-    offers = []
+    lands if the model writes the window's first token now and its rows up to j. A lone stream's
+    start due a probe gets one row whatever its price (module docstring)."""
+    offers, alone = [], sched.probe_starts and len(conts) == 1
     for i, (s, w, d, c) in enumerate(zip(r.plan.streams, r.plan.windows, r.drafts, conts, strict=True)):
         if w is not None and c and not d and sched.start_copies:
             rate, first = s.price(w)
-            offers.append(Offer(i, rate, len(c), first_rate=(rate if first is None else first) * rate))
+            probe = alone and s.own_rates and s.copied > 0 and s.rates.probe_due(w.rate_key)
+            offers.append(Offer(i, rate, len(c), probe, first_rate=(rate if first is None else first) * rate))
     if not offers:
         return [c if d else [] for c, d in zip(conts, r.drafts, strict=True)]
     batch, keys, fam = len(conts), max(sched.lanes.lengths), sched.loaded.family
     ahead = widened(sched.costs, batch, sched.costs.kept(batch, keys), keys)
-    return priced_starts(conts, r.drafts, offers, ahead, fam.max_window + 1, fam.min_row_value)
+    started = priced_starts(conts, r.drafts, offers, ahead, fam.max_window + 1, fam.min_row_value)
+    sched.probes_started += sum(1 for o in offers if o.probe and started[o.stream])
+    return started
 
 
 def widened(costs: CostModel, batch: int, keep: float, keys: int = 0) -> Callable[[int], float]:
@@ -154,6 +164,8 @@ def priced_starts(conts: list[list[int]], drafts: Sequence[list[int]], offers: S
     [[], []]
     >>> priced_starts([[], [8, 9]], [[1], []], [Offer(1, 0.9, 2, first_rate=0.8)], flat, 33, 0.3)
     [[], []]
+    >>> priced_starts([[], [8, 9]], [[], []], [Offer(1, 0.6, 2, probe=True, first_rate=0.45)], flat, 33, 0.3)
+    [[], [8]]
     """
     going = 1 + max((len(c) for c, d in zip(conts, drafts, strict=True) if d), default=0)
     if going == 1 and any(drafts):

@@ -114,6 +114,8 @@ class Scheduler:
         self.copies_continued = 0  # of those kept, rounds that ran ahead after a drafting round
         self.continue_copies = True  # run a drafting round's successor ahead, where the passes speculate
         self.start_copies = True  # and start in rounds run ahead copies granted no rows where they pay
+        self.probe_starts = True  # and a lone stream's window due a probe, one row
+        self.probes_started = 0  # such probes started
         # Rounds run as a grouped pass (engine.passes.grouped), by numpy (engine.passes.numpy_pass);
         # prefill chunks computed inside a round's (grouped) pass.
         self.rounds_grouped, self.rounds_host, self.chunks_ridden = 0, 0, 0

@@ -284,5 +284,10 @@ class Stream:
         return Finished(self.id, self.stop_reason or "length", tuple(self.output), tuple(self.origins), self.text,
                         stats, self.rates.snapshot())
 
+    @property
+    def copied(self) -> int:
+        """Draft rows this reply has landed so far, from either source."""
+        return sum(c.accepted for c in self.rows.values())
+
     def source_counts(self) -> dict[str, SourceCounts]:
         return {k: SourceCounts(v.tested, v.accepted, v.granted) for k, v in self.rows.items()}
