@@ -12,7 +12,7 @@
 #
 # STEPS (space-separated) picks parts: families (the family tests on this device), embedded (the
 # embedded model's workloads, 4 streams), streams (the embedded model at 1, 8 and 16 streams, or
-# those of STREAM_COUNTS),
+# those of STREAM_COUNTS; at 1 stream CELLS' mlx-lm-batch is mlx-lm),
 # sampled (the embedded model's copy-heavy at 1 and 4 streams and no-copy at 4, every cell sampling at
 # temperature 0.7, top-p 0.9), shaped (a random 4-bit bfloat16 model of Llama-3.2-1B's shape, 4 streams: speed only), qwen2 (the embedded
 # weights in mlx-lm's qwen2 module), bf16 (the embedded weights 8-bit and bfloat16 as mlx-community ships
@@ -107,14 +107,14 @@ for step in $STEPS; do
     streams)
       for n in ${STREAM_COUNTS:-1 8 16}; do
         case $n in
-          1) for w in copy-heavy no-copy; do bench "1-$w" "$w" --streams 1 --cells mlx-lm,plain,on; done ;;
+          1) for w in copy-heavy no-copy; do bench "1-$w" "$w" --streams 1 --cells "${CELLS/mlx-lm-batch/mlx-lm}"; done ;;
           8) for w in copy-heavy no-copy; do bench "8-$w" "$w" --streams 8 --cells "$CELLS"; done ;;
           16) bench 16-mixed mixed --streams 16 --cells "$CELLS" ;;
           *) echo "STREAM_COUNTS takes 1, 8 and 16" >&2; exit 2 ;;
         esac
       done ;;
     sampled)  # every cell samples: mlx-lm with its own sampler, Lanes with each reply seeded by its line
-      bench sampled-1-copy-heavy copy-heavy --streams 1 --cells mlx-lm,plain,on --temperature 0.7 --top-p 0.9
+      bench sampled-1-copy-heavy copy-heavy --streams 1 --cells "${CELLS/mlx-lm-batch/mlx-lm}" --temperature 0.7 --top-p 0.9
       for w in copy-heavy no-copy; do bench "sampled-$w" "$w" --cells "$CELLS" --temperature 0.7 --top-p 0.9; done ;;
     shaped)
       python3 -m engine.cli make-model llama-1b-4bit "$OUT/llama-1b-4bit" >/dev/null

@@ -276,6 +276,23 @@ def test_gpu_bench_runs_the_bfloat16_model_with_cudnn_attention_off(tmp_path: Pa
     assert not (out / "embedded-8bit").exists()
 
 
+def test_gpu_bench_runs_one_stream_with_the_cells_asked_for(tmp_path: Path) -> None:
+    """``gpu-bench.sh``'s ``streams`` step at one stream runs ``CELLS`` with mlx-lm for mlx-lm-batch
+    (one stream's baseline), so an A/B cell runs beside them there too."""
+    root = Path(__file__).parent.parent
+    env = {**os.environ, "SITE": sysconfig.get_paths()["purelib"], "STEPS": "streams", "STREAM_COUNTS": "1",
+           "ROUNDS": "1", "MAX_TOKENS": "6", "CELLS": "mlx-lm-batch,plain,on:probe_starts=false",
+           "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    out = tmp_path / "out"
+    done = subprocess.run(["bash", "scripts/gpu-bench.sh", str(tmp_path / "no-wheels"), str(out)],
+                          cwd=root, env=env, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-2000:]
+    runs = {p.name: json.loads(p.read_text()) for p in out.glob("gpu-*.json")}
+    assert set(runs) == {"gpu-1-copy-heavy.json", "gpu-1-no-copy.json"}
+    for name, r in runs.items():
+        assert r["streams"] == 1 and set(r["cells"]) == {"mlx-lm", "plain", "on:probe_starts=false"}, name
+
+
 def test_gpu_bench_leaves_the_kernels_it_compiled_for_the_next_lease(tmp_path: Path) -> None:
     """``gpu-bench.sh`` on a machine whose ``nvidia-smi`` names an architecture leaves MLX's kernel cache
     ($TMPDIR/mlx/<version>/ptx) in OUT, named by MLX's version and that architecture; ``PTX_CACHE``
