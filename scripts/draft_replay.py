@@ -51,7 +51,7 @@ from engine.errors import LanesError
 from engine.events import Request
 from engine.model.families import Family
 from engine.model.loading import load_model
-from engine.rounds.run_ahead import agreeing, continuations, priced_starts, widened
+from engine.rounds.run_ahead import agreeing, continuations, priced_starts, starts_a_probe, widened
 from engine.rounds.stream import Stream
 
 
@@ -99,6 +99,7 @@ def replay(prompts: list[list[int]], references: list[list[int]], family: Family
     while active:
         batch = len(active)
         windows, offers, probing = [], [], []
+        probing_start: dict[int, bool] = {}
         for j, i in enumerate(active):
             s = streams[i]
             s.rates.tick()
@@ -106,6 +107,7 @@ def replay(prompts: list[list[int]], references: list[list[int]], family: Family
             windows.append(w)
             if w is not None:
                 probe = s.own_rates and s.rates.probe_due(w.rate_key)
+                probing_start[j] = starts_a_probe(s, w, batch)  # if granted no rows: run_ahead.starts
                 rate, first = s.price(w)
                 offers.append(Offer(j, rate, min(len(w.tokens), family.max_window), probe, first))
                 if probe and (probes == "drop" or (probes == "after-copy" and run.streams[i].copied > 0)):
@@ -149,7 +151,7 @@ def replay(prompts: list[list[int]], references: list[list[int]], family: Family
         if ahead and cont:
             tails = continuations(windows, drafted, family.max_window)
             this = [continued.get(i, []) for i in active] if continued is not None else drafted  # as the engine's r.drafts
-            opening = [Offer(j, o.rate, len(tails[j]), o.probe and probe_starts and batch == 1 and streams[active[j]].copied > 0,
+            opening = [Offer(j, o.rate, len(tails[j]), probe_starts and probing_start[j],
                              first_rate=(o.rate if o.first_rate is None else o.first_rate) * o.rate)
                        for j, o in priced.items() if starts and tails[j] and not this[j]]
             tails = priced_starts(tails, this, opening, widened(costs, batch, kept or costs.cost(batch, 1)),

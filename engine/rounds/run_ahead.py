@@ -38,6 +38,7 @@ from engine.rounds.sampling import Rows, draw_all, with_draws
 
 if TYPE_CHECKING:
     from engine.rounds.scheduler import Scheduler
+    from engine.rounds.stream import Stream
 
 
 def claim(sched: Scheduler, plan: RoundPlan) -> tuple[mx.array, list[list[int]] | None] | None:
@@ -124,11 +125,11 @@ def starts(sched: Scheduler, r: Round, conts: list[list[int]]) -> list[list[int]
     (``priced_starts``), each offered at its first row's chance times its copy rate: its row j
     lands if the model writes the window's first token now and its rows up to j. A lone stream's
     start due a probe gets one row whatever its price (module docstring)."""
-    offers, alone = [], sched.probe_starts and len(conts) == 1
+    offers = []
     for i, (s, w, d, c) in enumerate(zip(r.plan.streams, r.plan.windows, r.drafts, conts, strict=True)):
         if w is not None and c and not d and sched.start_copies:
             rate, first = s.price(w)
-            probe = alone and s.own_rates and s.copied > 0 and s.rates.probe_due(w.rate_key)
+            probe = sched.probe_starts and starts_a_probe(s, w, len(conts))
             offers.append(Offer(i, rate, len(c), probe, first_rate=(rate if first is None else first) * rate))
     if not offers:
         return [c if d else [] for c, d in zip(conts, r.drafts, strict=True)]
@@ -137,6 +138,12 @@ def starts(sched: Scheduler, r: Round, conts: list[list[int]]) -> list[list[int]
     started = priced_starts(conts, r.drafts, offers, ahead, fam.max_window + 1, fam.min_row_value)
     sched.probes_started += sum(1 for o in offers if o.probe and started[o.stream])
     return started
+
+
+def starts_a_probe(stream: Stream, window: Window, batch: int) -> bool:
+    """Whether ``window``, granted no rows, starts one row as a probe in a round run ahead of
+    ``batch`` streams: a lone stream's, once its reply has landed a copy (module docstring)."""
+    return batch == 1 and stream.own_rates and stream.copied > 0 and stream.rates.probe_due(window.rate_key)
 
 
 def widened(costs: CostModel, batch: int, keep: float, keys: int = 0) -> Callable[[int], float]:
