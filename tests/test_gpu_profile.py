@@ -1,6 +1,6 @@
 """The GPU measuring scripts keep running, on the CPU: ``scripts/gpu_profile.py``'s bare decode loops and
 engine steps, ``scripts/round_trace.py`` on a workload (greedy, and sampled beside mlx-lm's sampler), ``scripts/draft_replay.py``,
-``scripts/attention_shapes.py`` and the trace step of ``scripts/gpu-bench.sh``."""
+``scripts/attention_shapes.py``, ``scripts/pass_widths.py`` and the trace step of ``scripts/gpu-bench.sh``."""
 
 from __future__ import annotations
 
@@ -356,3 +356,25 @@ def test_gpu_bench_goes_on_after_a_step_fails(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.count("1 failed") == 2, done.stdout
     assert done.stdout.count("(family tests failed: the steps after them still run)") == 2
+
+
+def test_pass_widths_times_a_pass_by_part_at_each_width(loaded) -> None:
+    """``scripts/pass_widths.py``: a pass of one and of eight rows per stream, each part timed; a
+    wider pass builds the same graph, so its build time is of the same order, not zero."""
+    script = _load("pass_widths")
+    lanes = script._lanes(loaded, 2)
+    for width, pending in ((1, False), (8, False), (1, True)):
+        r = script.pass_times(loaded, lanes, width, 2, pending)
+        assert set(r) == {"build", "dispatch", "piped", "sync"}
+        assert 0 < r["build"] < r["sync"] and r["dispatch"] > 0 and r["piped"] > 0
+    assert lanes.lengths == [300, 293]  # every pass wrote the same positions: nothing advanced
+
+
+def test_pass_widths_times_each_quantized_layer_shape_once() -> None:
+    import mlx.nn as nn
+
+    model = nn.Sequential(nn.Linear(64, 128), nn.Linear(128, 64), nn.Linear(64, 128))
+    nn.quantize(model, group_size=32, bits=4)
+    r = _load("pass_widths").matmul_times(model, [1, 8], calls=2)
+    assert [(m["in"], m["out"], m["rows"]) for m in r] == [(64, 128, 1), (64, 128, 8), (128, 64, 1), (128, 64, 8)]
+    assert all(m["quantized_us"] > 0 and m["dequantized_us"] > 0 and m["bits"] == 4 for m in r)
