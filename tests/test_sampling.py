@@ -125,6 +125,9 @@ def test_a_rows_draw_depends_on_its_position_alone() -> None:
     assert three == ones == draw(keys, logits[:2], 40, 0.9, 0.95).tolist() + draw(keys, logits[2:], 42, 0.9, 0.95).tolist()
     padded = mx.concatenate([logits[:2], logits[1:2]])  # positions 42, 43 and a padding row past key 43
     assert draw(keys, padded, 42, 0.9, 0.95).tolist()[1:] == [draw(keys, logits[1:2], 43, 0.9, 0.95).item()] * 2
+    # A position still on the device (a round run ahead after a drafting one) draws the same.
+    assert draw(keys, logits, mx.array(40), 0.9, 0.95).tolist() == three
+    assert draw(keys, padded, mx.array(42), 0.9, 0.95).tolist() == draw(keys, padded, 42, 0.9, 0.95).tolist()
 
 
 def test_streams_that_sample_alike_draw_in_one_call_what_each_draws_alone(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -143,11 +146,30 @@ def test_streams_that_sample_alike_draw_in_one_call_what_each_draws_alone(monkey
     assert together == alone and sorted(calls) == [1, 6]  # streams 0 and 2 together, 4 + 2 rows
 
 
+def test_new_sampling_settings_reuse_the_traced_draw(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The draw is compiled with the temperature and top-p as inputs: a reply at another setting
+    reuses the trace of its shape (on a GPU a new trace builds new kernels: a stall mid-reply)."""
+    import engine.rounds.sampling as sampling
+
+    traced: list[int] = []
+    real = sampling.apply_top_p  # called only while the draw is traced
+    monkeypatch.setattr(sampling, "apply_top_p", lambda lp, p: traced.append(lp.shape[0]) or real(lp, p))
+    logits = mx.array(np.random.default_rng(2).normal(0, 1, size=(5, 77)), dtype=mx.float32)
+    keys = position_keys(8, 5)
+    first = sample_rows(logits, keys, 0.7, 0.9)
+    assert traced == [5]
+    second = sample_rows(logits, keys, 1.2, 0.5)
+    assert traced == [5] and first.shape == second.shape == (5,)
+
+
 def test_with_draws_replaces_a_streams_rows_and_keeps_its_padding() -> None:
     choices = mx.array([[1, 2, 3], [4, 5, 6], [7, 8, 9]])
     out = with_draws(choices, {1: mx.array([40, 50]), 2: mx.array([70, 80, 90])})
     assert out.tolist() == [[1, 2, 3], [40, 50, 6], [70, 80, 90]]
     assert with_draws(choices, {}) is choices
+    alone = mx.array([[1, 2, 3]])
+    assert with_draws(alone, {0: mx.array([40, 50, 60])}).tolist() == [[40, 50, 60]]
+    assert with_draws(alone, {0: mx.array([40])}).tolist() == [[40, 2, 3]]
 
 
 def test_verify_worked_example() -> None:

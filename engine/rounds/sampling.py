@@ -20,6 +20,7 @@ drawn a at 40 with key 40, then c at 41 with key 41 from the same distribution: 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from functools import partial
 from typing import NamedTuple
 
 import mlx.core as mx
@@ -33,14 +34,28 @@ def position_keys(seed: int, count: int) -> mx.array:
     return mx.random.split(mx.random.key(seed), count)
 
 
-def sample_rows(logits: mx.array, keys: mx.array, temperature: float, top_p: float) -> mx.array:
-    """One token per row of ``logits`` [rows, vocab], row i drawn with ``keys[i]`` (int32 [rows])."""
+def _draws(logits: mx.array, keys: mx.array, inverse_temperature: mx.array, top_p: mx.array | None) -> mx.array:
     logits = logits.astype(mx.float32)
     logprobs = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
-    if 0.0 < top_p < 1.0:
+    if top_p is not None:
         logprobs = apply_top_p(logprobs, top_p)
     noise = _gumbel_rows(keys, logprobs)
-    return mx.argmax(logprobs * (1.0 / temperature) + noise, axis=-1).astype(mx.int32)
+    return mx.argmax(logprobs * inverse_temperature + noise, axis=-1).astype(mx.int32)
+
+
+# Compiled, so that the element-wise steps fuse into a few kernels (on a GPU each kernel costs host
+# time); the settings are inputs, not constants, so a new temperature is not a new trace (or, on a
+# GPU, new kernels to build). Traced once per shape, with and without top-p.
+_with_top_p = mx.compile(_draws)
+_without_top_p = mx.compile(partial(_draws, top_p=None))
+
+
+def sample_rows(logits: mx.array, keys: mx.array, temperature: float, top_p: float) -> mx.array:
+    """One token per row of ``logits`` [rows, vocab], row i drawn with ``keys[i]`` (int32 [rows])."""
+    inverse = mx.array(1.0 / temperature, dtype=mx.float32)
+    if 0.0 < top_p < 1.0:
+        return _with_top_p(logits, keys, inverse, mx.array(top_p, dtype=mx.float32))
+    return _without_top_p(logits, keys, inverse)
 
 
 class Rows(NamedTuple):
@@ -66,8 +81,7 @@ def draw_all(streams: Mapping[int, Rows]) -> dict[int, mx.array]:
     out: dict[int, mx.array] = {}
     for (temperature, top_p), ids in groups.items():
         rows = [streams[i] for i in ids]
-        keys = [r.keys[mx.minimum(mx.arange(r.logits.shape[0], dtype=mx.int32) + r.position, r.keys.shape[0] - 1)]
-                for r in rows]
+        keys = [_keys_at(r.keys, r.position, r.logits.shape[0]) for r in rows]
         one = len(rows) == 1
         drawn = sample_rows(rows[0].logits if one else mx.concatenate([r.logits for r in rows]),
                             keys[0] if one else mx.concatenate(keys), temperature, top_p)
@@ -78,12 +92,21 @@ def draw_all(streams: Mapping[int, Rows]) -> dict[int, mx.array]:
     return out
 
 
+def _keys_at(keys: mx.array, position: int | mx.array, rows: int) -> mx.array:
+    """Keys of ``rows`` positions from ``position`` on, the last key reused past the end."""
+    if isinstance(position, int) and position + rows <= keys.shape[0]:
+        return keys[position : position + rows]  # a view: no kernel
+    return keys[mx.minimum(mx.arange(rows, dtype=mx.int32) + position, keys.shape[0] - 1)]
+
+
 def with_draws(choices: mx.array, draws: dict[int, mx.array]) -> mx.array:
     """``choices`` [streams, width] with row i replaced by ``draws[i]`` (as many rows or fewer: the
     rest of the row is padding and keeps what it had)."""
     if not draws:
         return choices
     width = choices.shape[1]
+    if choices.shape[0] == 1 and 0 in draws and draws[0].shape[0] == width:
+        return draws[0][None]  # a lone stream's own draws: no copy
     rows = []
     for i in range(choices.shape[0]):
         d = draws.get(i)
