@@ -23,6 +23,8 @@
 # 16 streams of mixed, whose prompts join at once: each prefilled alone against several in one pass of up
 # to one, four (Lanes' default on a GPU) or eight chunks' padded positions; engine.rounds.joins), attention (`scripts/attention_shapes.py`:
 # masked attention of a drafting round's shape, new shapes against a repeated one, bfloat16 with and without cuDNN and float32),
+# widths (`scripts/pass_widths.py`: a pass of each width at 1 and 4 streams, WIDTH_STREAMS, WIDTHS and WIDTH_STEPS, timed by part,
+# and each quantized projection's kernel by rows, into OUT/widths.txt),
 # continue (`on` against `on:continue_copies=false`, copy-heavy at 1 and 4 streams and mixed at 4: a drafting
 # round's successor run ahead with the copies' continuations, engine.rounds.run_ahead), starts (`on` against
 # `on:start_copies=false`, copy-heavy at 8 and 1 streams and mixed at 4: copies started in rounds run ahead), tiny (tiny random models of each cache kind through copy-heavy:
@@ -153,6 +155,11 @@ for step in $STEPS; do
         MLX_CUDA_USE_CUDNN_SDPA=${run#*:} timeout "$t" python3 scripts/attention_shapes.py --dtype "${run%%:*}" --shapes 600 2>&1 | tail -n 2 \
           || echo "(attention_shapes.py failed or was cut at DEADLINE)"
       done ;;
+    widths)  # scripts/pass_widths.py: a pass by width (build, dispatch, piped, synced, queued at device offsets)
+      # and each quantized projection's kernel by rows; its lines also land in OUT/widths.txt
+      t=$(budget) || continue
+      timeout "$t" python3 scripts/pass_widths.py --streams "${WIDTH_STREAMS:-1,4}" --widths "${WIDTHS:-1,2,3,4,8,16,33}" \
+        --steps "${WIDTH_STEPS:-100}" --matmuls 2>&1 | grep -v "^MLX is running" | tee "$OUT/widths.txt" || echo "(pass_widths.py failed or was cut at DEADLINE)" ;;
     continue)  # a drafting round's successor run ahead with the copies' continuations (the default) or not
       bench continue-1-copy-heavy copy-heavy --streams 1 --cells mlx-lm,plain,on,on:continue_copies=false
       for w in copy-heavy mixed; do bench "continue-$w" "$w" --cells mlx-lm-batch,plain,on,on:continue_copies=false; done ;;

@@ -378,3 +378,18 @@ def test_pass_widths_times_each_quantized_layer_shape_once() -> None:
     r = _load("pass_widths").matmul_times(model, [1, 8], calls=2)
     assert [(m["in"], m["out"], m["rows"]) for m in r] == [(64, 128, 1), (64, 128, 8), (128, 64, 1), (128, 64, 8)]
     assert all(m["quantized_us"] > 0 and m["dequantized_us"] > 0 and m["bits"] == 4 for m in r)
+
+
+def test_gpu_bench_times_passes_by_width_into_a_file(tmp_path: Path) -> None:
+    """``gpu-bench.sh``'s ``widths`` step runs ``scripts/pass_widths.py`` at the streams and widths
+    asked for, as a round and queued at device offsets, and leaves its lines in OUT/widths.txt."""
+    root = Path(__file__).parent.parent
+    env = {**os.environ, "SITE": sysconfig.get_paths()["purelib"], "STEPS": "widths", "WIDTH_STREAMS": "1",
+           "WIDTHS": "1,3", "WIDTH_STEPS": "2", "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    out = tmp_path / "out"
+    done = subprocess.run(["bash", "scripts/gpu-bench.sh", str(tmp_path / "no-wheels"), str(out)],
+                          cwd=root, env=env, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = (out / "widths.txt").read_text().splitlines()
+    kinds = [line.split()[:2] for line in lines if line.startswith(("pass", "pending"))]
+    assert kinds == [["pass", "1x1"], ["pending", "1x1"], ["pass", "1x3"], ["pending", "1x3"]], lines
