@@ -147,8 +147,8 @@ def test_streams_that_sample_alike_draw_in_one_call_what_each_draws_alone(monkey
 
 
 def test_new_sampling_settings_reuse_the_traced_draw(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The draw is compiled with the temperature and top-p as inputs: a reply at another setting
-    reuses the trace of its shape (on a GPU a new trace builds new kernels: a stall mid-reply)."""
+    """Compiled (an accelerator's draws), the temperature and top-p are inputs: a reply at another
+    setting reuses the trace of its shape (on a GPU a new trace builds new kernels: a stall mid-reply)."""
     import engine.rounds.sampling as sampling
 
     traced: list[int] = []
@@ -156,10 +156,23 @@ def test_new_sampling_settings_reuse_the_traced_draw(monkeypatch: pytest.MonkeyP
     monkeypatch.setattr(sampling, "apply_top_p", lambda lp, p: traced.append(lp.shape[0]) or real(lp, p))
     logits = mx.array(np.random.default_rng(2).normal(0, 1, size=(5, 77)), dtype=mx.float32)
     keys = position_keys(8, 5)
-    first = sample_rows(logits, keys, 0.7, 0.9)
+    first = sample_rows(logits, keys, 0.7, 0.9, compiled=True)
     assert traced == [5]
-    second = sample_rows(logits, keys, 1.2, 0.5)
+    second = sample_rows(logits, keys, 1.2, 0.5, compiled=True)
     assert traced == [5] and first.shape == second.shape == (5,)
+
+
+@pytest.mark.parametrize("temperature, top_p", [(0.7, 0.9), (1.0, 1.0), (0.3, 0.5), (1.3, 0.99)])
+def test_compiled_draws_are_the_draws(temperature: float, top_p: float) -> None:
+    """Compiling the draw changes its kernels, not a token: 1, 3 and 8 rows of a real vocabulary's
+    width draw the same either way."""
+    rng = np.random.default_rng(3)
+    keys = position_keys(9, 60)
+    for rows in (1, 3, 8):
+        logits = mx.array(rng.normal(0, 3, size=(rows, 49152)), dtype=mx.float32)
+        plain = sample_rows(logits, keys[:rows], temperature, top_p)
+        fused = sample_rows(logits, keys[:rows], temperature, top_p, compiled=True)
+        assert plain.tolist() == fused.tolist()
 
 
 def test_with_draws_replaces_a_streams_rows_and_keeps_its_padding() -> None:

@@ -53,6 +53,7 @@ class RoundPasses:
     row_multiple: int = 1  # flattened rows of a grouped pass padded to a multiple of this
     speculate_ahead: bool = False  # run a draft-free round's successor ahead even if it may draft
     compiled: CompiledPass | None = None  # padded passes compiled, over lanes of fixed shapes
+    compiled_draws: bool = False  # sampled rows drawn through mx.compile (engine.rounds.sampling)
 
     def lanes(self, kinds: Sequence[LayerKind]) -> LaneCache:
         """Empty lanes for these passes (of fixed shapes where the padded pass is compiled)."""
@@ -79,7 +80,7 @@ class RoundPasses:
 
 
 GENERIC = RoundPasses("generic")
-ACCELERATOR = RoundPasses("generic-ahead", speculate_ahead=True)
+ACCELERATOR = RoundPasses("generic-ahead", speculate_ahead=True, compiled_draws=True)
 
 
 def llama_cpu(model: nn.Module) -> RoundPasses:
@@ -93,7 +94,7 @@ def accelerator(model: nn.Module, kinds: Sequence[LayerKind]) -> RoundPasses:
     Python's: ``engine.passes.compiled``)."""
     if any(k.recurrent for k in kinds):
         return ACCELERATOR
-    return RoundPasses("compiled-ahead", speculate_ahead=True, compiled=CompiledPass(model))
+    return RoundPasses("compiled-ahead", speculate_ahead=True, compiled=CompiledPass(model), compiled_draws=True)
 
 
 def choose(model: nn.Module, device: str, kinds: Sequence[LayerKind]) -> RoundPasses:

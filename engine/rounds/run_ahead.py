@@ -97,7 +97,7 @@ def start(sched: Scheduler, r: Round, choices: mx.array) -> bool:
     sched.lanes.begin_round(1)
     logits = sched.passes.padded(sched.model, sched.lanes, choices.astype(mx.int32))
     draws = draw_all({i: Rows(s.keys, logits[i], len(s.output) + 1, s.request.temperature, s.request.top_p)
-                      for i, s in enumerate(plan.streams) if s.keys is not None})
+                      for i, s in enumerate(plan.streams) if s.keys is not None}, sched.passes.compiled_draws)
     sched.ahead = RunAhead(list(plan.streams), with_draws(mx.argmax(logits, axis=-1), draws))
     mx.async_eval(sched.ahead.choices)
     sched.lanes.end_round()
@@ -223,7 +223,7 @@ def continue_copies(sched: Scheduler, r: Round, choices: mx.array) -> None:
     # rest of the round's width is padding that verification never reads.
     draws = draw_all({i: Rows(s.keys, logits[i, : 1 + len(conts[i])], len(s.output) + 1 + landed[i],
                               s.request.temperature, s.request.top_p)
-                      for i, s in enumerate(r.plan.streams) if s.keys is not None})
+                      for i, s in enumerate(r.plan.streams) if s.keys is not None}, sched.passes.compiled_draws)
     sched.ahead = RunAhead(list(r.plan.streams), with_draws(mx.argmax(logits, axis=-1), draws), conts, most + width)
     mx.async_eval(sched.ahead.choices)
     lanes.end_round()

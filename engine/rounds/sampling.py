@@ -43,18 +43,25 @@ def _draws(logits: mx.array, keys: mx.array, inverse_temperature: mx.array, top_
     return mx.argmax(logprobs * inverse_temperature + noise, axis=-1).astype(mx.int32)
 
 
-# Compiled, so that the element-wise steps fuse into a few kernels (on a GPU each kernel costs host
-# time); the settings are inputs, not constants, so a new temperature is not a new trace (or, on a
-# GPU, new kernels to build). Traced once per shape, with and without top-p.
+# On an accelerator the draw is compiled, so that its element-wise steps fuse into a few kernels
+# (there each kernel costs host time); the settings are inputs, not constants, so a new temperature
+# is not a new trace (nor new kernels to build). Traced once per shape, with and without top-p. On
+# the CPU the first trace builds its kernels with the C++ compiler, about a second each: a stall
+# of the first sampled reply that fusing does not win back there.
 _with_top_p = mx.compile(_draws)
 _without_top_p = mx.compile(partial(_draws, top_p=None))
 
 
-def sample_rows(logits: mx.array, keys: mx.array, temperature: float, top_p: float) -> mx.array:
-    """One token per row of ``logits`` [rows, vocab], row i drawn with ``keys[i]`` (int32 [rows])."""
+def sample_rows(logits: mx.array, keys: mx.array, temperature: float, top_p: float,
+                compiled: bool = False) -> mx.array:
+    """One token per row of ``logits`` [rows, vocab], row i drawn with ``keys[i]`` (int32 [rows]);
+    ``compiled`` draws the same tokens through ``mx.compile``."""
     inverse = mx.array(1.0 / temperature, dtype=mx.float32)
-    if 0.0 < top_p < 1.0:
-        return _with_top_p(logits, keys, inverse, mx.array(top_p, dtype=mx.float32))
+    nucleus = mx.array(top_p, dtype=mx.float32) if 0.0 < top_p < 1.0 else None
+    if not compiled:
+        return _draws(logits, keys, inverse, nucleus)
+    if nucleus is not None:
+        return _with_top_p(logits, keys, inverse, nucleus)
     return _without_top_p(logits, keys, inverse)
 
 
@@ -70,11 +77,12 @@ class Rows(NamedTuple):
     top_p: float
 
 
-def draw_all(streams: Mapping[int, Rows]) -> dict[int, mx.array]:
+def draw_all(streams: Mapping[int, Rows], compiled: bool = False) -> dict[int, mx.array]:
     """Each stream's draws for its ``Rows`` (rows past its last key, padding never kept, reuse that
     key), with one ``sample_rows`` for all streams that sample alike: every call sorts its rows'
     vocabularies and builds a graph, so a round's sampling streams share one. A row's draw depends
-    on its logits and key alone, so this equals drawing stream by stream."""
+    on its logits and key alone, so this equals drawing stream by stream. ``compiled``: see
+    ``sample_rows`` (the passes say where: ``RoundPasses.compiled_draws``)."""
     groups: dict[tuple[float, float], list[int]] = {}
     for i, r in streams.items():
         groups.setdefault((r.temperature, r.top_p), []).append(i)
@@ -84,7 +92,7 @@ def draw_all(streams: Mapping[int, Rows]) -> dict[int, mx.array]:
         keys = [_keys_at(r.keys, r.position, r.logits.shape[0]) for r in rows]
         one = len(rows) == 1
         drawn = sample_rows(rows[0].logits if one else mx.concatenate([r.logits for r in rows]),
-                            keys[0] if one else mx.concatenate(keys), temperature, top_p)
+                            keys[0] if one else mx.concatenate(keys), temperature, top_p, compiled)
         at = 0
         for i, r in zip(ids, rows, strict=True):
             out[i] = drawn[at : at + r.logits.shape[0]]

@@ -368,7 +368,7 @@ class Scheduler:
             s = r.plan.streams[i]
             assert s.keys is not None
             rows[i] = Rows(s.keys, lg, len(s.output), s.request.temperature, s.request.top_p)
-        return draw_all(rows)
+        return draw_all(rows, self.passes.compiled_draws)
 
     def _choices(self, r: Round, choices: mx.array) -> tuple[list[list[int]], bool]:
         """Queue the next round ahead where nothing can change it, then bring the choices to the host."""
