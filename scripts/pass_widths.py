@@ -81,16 +81,29 @@ def _product(layer: nn.QuantizedLinear, x: mx.array, dense: mx.array | None) -> 
     return layer(x) if dense is None else x @ dense.T
 
 
+def activation_dtype(model: nn.Module) -> mx.Dtype | None:
+    """The dtype the first layer's projections receive (a model whose norms are float32 computes in
+    float32 whatever its scales' dtype), where the model is laid out as mlx-lm's llama is."""
+    inner = getattr(model, "model", None)
+    try:
+        layer = inner.layers[0]  # type: ignore[union-attr]
+        return layer.input_layernorm(inner.embed_tokens(mx.array([[1]]))).dtype  # type: ignore[union-attr]
+    except AttributeError:
+        return None
+
+
 def matmul_times(model: nn.Module, rows: list[int], calls: int = 64) -> list[dict[str, float]]:
     """Microseconds per quantized matmul of each distinct layer shape of ``model``, and of the same
-    product with the weight dequantized once, at each count of ``rows`` (module docstring)."""
+    product with the weight dequantized once, at each count of ``rows`` (module docstring), with
+    activations of the dtype the model's layers receive (else its scales')."""
+    seen = activation_dtype(model)
     shapes: dict[tuple[tuple[int, ...], int, int], nn.QuantizedLinear] = {}
     for _, m in model.named_modules():
         if isinstance(m, nn.QuantizedLinear):
             shapes.setdefault((tuple(m.weight.shape), m.bits, m.group_size), m)
     out = []
     for (shape, bits, group), m in shapes.items():
-        out_dim, in_dim, dtype = shape[0], shape[1] * 32 // bits, m.scales.dtype  # activations as scales
+        out_dim, in_dim, dtype = shape[0], shape[1] * 32 // bits, seen or m.scales.dtype
         dense = mx.dequantize(m.weight, m.scales, m.biases, group_size=group, bits=bits).astype(dtype)
         for n in rows:
             x = mx.random.normal((1, n, in_dim)).astype(dtype)

@@ -393,3 +393,19 @@ def test_gpu_bench_times_passes_by_width_into_a_file(tmp_path: Path) -> None:
     lines = (out / "widths.txt").read_text().splitlines()
     kinds = [line.split()[:2] for line in lines if line.startswith(("pass", "pending"))]
     assert kinds == [["pass", "1x1"], ["pending", "1x1"], ["pass", "1x3"], ["pending", "1x3"]], lines
+
+
+def test_pass_widths_times_projections_in_the_dtype_the_model_computes_in() -> None:
+    """The embedded model's scales are float16 but its float32 norms make every projection's input
+    float32: the kernels timed are those the model runs (a model laid out otherwise: its scales')."""
+    import mlx.core as mx
+    import mlx.nn as nn
+
+    from engine.model.gguf import load_gguf
+    from engine.model.locate import embedded_model_path
+
+    script = _load("pass_widths")
+    model, _, _ = load_gguf(embedded_model_path(), quantized=True)
+    assert model.model.layers[0].self_attn.q_proj.scales.dtype == mx.float16
+    assert script.activation_dtype(model) == mx.float32
+    assert script.activation_dtype(nn.Sequential(nn.Linear(2, 2))) is None
