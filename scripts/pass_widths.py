@@ -3,9 +3,9 @@
     PYTHONPATH=~/site:. python3 scripts/pass_widths.py [--streams 1,4] [--widths 1,2,4,7,8,16,33]
         [--steps 100] [--model M] [--matmuls]
 
-For each stream count and width it prints, in milliseconds per pass of the model through a
-``LaneCache`` (as the scheduler runs a padded round, lanes not advanced so every pass writes the same
-positions): ``build`` (the Python that makes the graph), ``dispatch`` (``mx.async_eval``), ``piped``
+For each stream count and width it prints, in milliseconds per pass of the model through the
+lanes the scheduler makes (``RoundPasses.padded``: a draft-free round of several streams compiled
+where the passes compile, lanes not advanced so every pass writes the same positions): ``build`` (the Python that makes the graph), ``dispatch`` (``mx.async_eval``), ``piped``
 (the whole pass when passes are queued back to back, reading nothing: the host or the device,
 whichever is slower) and ``sync`` (the pass when each one is waited for, as a round whose successor
 could not run ahead; ``sync - build - dispatch`` is about the device's own time). A ``pending``
@@ -35,7 +35,7 @@ PROMPT = 300  # tokens each stream holds before the loop
 
 def _lanes(loaded: LoadedModel, streams: int) -> LaneCache:
     from mlx_lm.models.cache import KVCache
-    lanes = LaneCache(list(loaded.kinds))
+    lanes = loaded.passes.lanes(loaded.kinds)  # as the scheduler's: fixed shapes where passes compile
     for i in range(streams):
         caches = [KVCache() for _ in range(loaded.n_layers)]
         loaded.model(mx.arange(PROMPT - 7 * i, dtype=mx.int32)[None] % 1000, cache=caches)

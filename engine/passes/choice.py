@@ -53,7 +53,12 @@ class RoundPasses:
     row_multiple: int = 1  # flattened rows of a grouped pass padded to a multiple of this
     speculate_ahead: bool = False  # run a draft-free round's successor ahead even if it may draft
     compiled: CompiledPass | None = None  # padded passes compiled, over lanes of fixed shapes
-    compiled_draws: bool = False  # sampled rows drawn through mx.compile (engine.rounds.sampling)
+
+    @property
+    def compiled_draws(self) -> bool:
+        """Sampled rows drawn through ``mx.compile`` (``engine.rounds.sampling``): an accelerator's
+        passes, the ones that speculate ahead."""
+        return self.speculate_ahead
 
     def lanes(self, kinds: Sequence[LayerKind]) -> LaneCache:
         """Empty lanes for these passes (of fixed shapes where the padded pass is compiled)."""
@@ -80,7 +85,7 @@ class RoundPasses:
 
 
 GENERIC = RoundPasses("generic")
-ACCELERATOR = RoundPasses("generic-ahead", speculate_ahead=True, compiled_draws=True)
+ACCELERATOR = RoundPasses("generic-ahead", speculate_ahead=True)
 
 
 def llama_cpu(model: nn.Module) -> RoundPasses:
@@ -94,7 +99,7 @@ def accelerator(model: nn.Module, kinds: Sequence[LayerKind]) -> RoundPasses:
     Python's: ``engine.passes.compiled``)."""
     if any(k.recurrent for k in kinds):
         return ACCELERATOR
-    return RoundPasses("compiled-ahead", speculate_ahead=True, compiled=CompiledPass(model), compiled_draws=True)
+    return RoundPasses("compiled-ahead", speculate_ahead=True, compiled=CompiledPass(model))
 
 
 def choose(model: nn.Module, device: str, kinds: Sequence[LayerKind]) -> RoundPasses:

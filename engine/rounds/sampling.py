@@ -46,8 +46,8 @@ def _draws(logits: mx.array, keys: mx.array, inverse_temperature: mx.array, top_
 # On an accelerator the draw is compiled, so that its element-wise steps fuse into a few kernels
 # (there each kernel costs host time); the settings are inputs, not constants, so a new temperature
 # is not a new trace (nor new kernels to build). Traced once per shape, with and without top-p. On
-# the CPU the first trace builds its kernels with the C++ compiler, about a second each: a stall
-# of the first sampled reply that fusing does not win back there.
+# the CPU the first trace builds its kernels with the C++ compiler: a stall of the first sampled
+# reply that fusing does not win back there.
 _with_top_p = mx.compile(_draws)
 _without_top_p = mx.compile(partial(_draws, top_p=None))
 
