@@ -25,6 +25,8 @@
 # masked attention of a drafting round's shape, new shapes against a repeated one, bfloat16 with and without cuDNN and float32),
 # widths (`scripts/pass_widths.py`: a pass of each width at 1 and 4 streams, WIDTH_STREAMS, WIDTHS and WIDTH_STEPS, timed by part,
 # and each quantized projection's kernel by rows, into OUT/widths.txt),
+# graphs (MLX's CUDA graphs, its default, against MLX_USE_CUDA_GRAPHS=0 in processes alternated on, off, off,
+# on: `pass_widths.py` at 1 and 4 streams into OUT/graphs.txt and copy-heavy at one stream, gpu-graphs<0|1>-<n>-1-copy-heavy.json),
 # continue (`on` against `on:continue_copies=false`, copy-heavy at 1 and 4 streams and mixed at 4: a drafting
 # round's successor run ahead with the copies' continuations, engine.rounds.run_ahead), starts (`on` against
 # `on:start_copies=false`, copy-heavy at 8 and 1 streams and mixed at 4: copies started in rounds run ahead), tiny (tiny random models of each cache kind through copy-heavy:
@@ -160,6 +162,17 @@ for step in $STEPS; do
       t=$(budget) || continue
       timeout "$t" python3 scripts/pass_widths.py --streams "${WIDTH_STREAMS:-1,4}" --widths "${WIDTHS:-1,2,3,4,8,16,33}" \
         --steps "${WIDTH_STEPS:-100}" --matmuls 2>&1 | grep -v "^MLX is running" | tee "$OUT/widths.txt" || echo "(pass_widths.py failed or was cut at DEADLINE)" ;;
+    graphs)  # MLX's CUDA graphs (its default) against kernels launched one by one, each in its own process,
+      # in the order on, off, off, on: passes by width and copy-heavy at one stream (files gpu-graphs*)
+      n=0
+      for g in 1 0 0 1; do
+        t=$(budget) || break
+        n=$((n + 1))
+        echo "== MLX_USE_CUDA_GRAPHS=$g ($n)" | tee -a "$OUT/graphs.txt"
+        MLX_USE_CUDA_GRAPHS=$g timeout "$t" python3 scripts/pass_widths.py --streams 1,4 --widths "${WIDTHS:-1,4}" \
+          --steps "${WIDTH_STEPS:-40}" 2>&1 | grep -v "^MLX is running" | tee -a "$OUT/graphs.txt" || echo "(pass_widths.py failed or was cut)"
+        MLX_USE_CUDA_GRAPHS=$g bench "graphs$g-$n-1-copy-heavy" copy-heavy --streams 1 --cells "${CELLS/mlx-lm-batch/mlx-lm}"
+      done ;;
     continue)  # a drafting round's successor run ahead with the copies' continuations (the default) or not
       bench continue-1-copy-heavy copy-heavy --streams 1 --cells mlx-lm,plain,on,on:continue_copies=false
       for w in copy-heavy mixed; do bench "continue-$w" "$w" --cells mlx-lm-batch,plain,on,on:continue_copies=false; done ;;

@@ -395,6 +395,29 @@ def test_gpu_bench_times_passes_by_width_into_a_file(tmp_path: Path) -> None:
     assert kinds == [["pass", "1x1"], ["pending", "1x1"], ["pass", "1x3"], ["pending", "1x3"]], lines
 
 
+def test_gpu_bench_runs_cuda_graphs_on_and_off_in_alternate_processes(tmp_path: Path) -> None:
+    """``gpu-bench.sh``'s ``graphs`` step: `pass_widths.py` and copy-heavy at one stream in four
+    processes, MLX's CUDA graphs on, off, off, on (on a CPU the setting is read and changes
+    nothing), each run's JSON recording the setting it ran under and its lines in OUT/graphs.txt."""
+    root = Path(__file__).parent.parent
+    env = {**os.environ, "SITE": sysconfig.get_paths()["purelib"], "STEPS": "graphs", "WIDTHS": "1",
+           "WIDTH_STEPS": "1", "ROUNDS": "1", "MAX_TOKENS": "4", "CELLS": "plain",
+           "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    out = tmp_path / "out"
+    done = subprocess.run(["bash", "scripts/gpu-bench.sh", str(tmp_path / "no-wheels"), str(out)],
+                          cwd=root, env=env, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-2000:]
+    runs = {p.name: json.loads(p.read_text()) for p in out.glob("gpu-graphs*.json")}
+    assert sorted(runs) == [f"gpu-graphs{g}-{n}-1-copy-heavy.json" for n, g in ((2, 0), (3, 0), (1, 1), (4, 1))]
+    for name, r in runs.items():
+        assert r["machine"]["mlx_env"]["MLX_USE_CUDA_GRAPHS"] == name[len("gpu-graphs")], name
+        assert r["streams"] == 1 and set(r["cells"]) == {"plain"}
+    lines = (out / "graphs.txt").read_text().splitlines()
+    heads = [line for line in lines if line.startswith("== ")]
+    assert heads == [f"== MLX_USE_CUDA_GRAPHS={g} ({n})" for n, g in enumerate((1, 0, 0, 1), start=1)]
+    assert sum(line.startswith(("pass 1x1", "pending 1x1")) for line in lines) == 8
+
+
 def test_pass_widths_times_projections_in_the_dtype_the_model_computes_in() -> None:
     """The embedded model's scales are float16 but its float32 norms make every projection's input
     float32: the kernels timed are those the model runs (a model laid out otherwise: its scales')."""
