@@ -33,6 +33,17 @@ def _script():  # -> scripts/gpu_profile.py
     return _load("gpu_profile")
 
 
+def _gpu_bench(tmp_path: Path, **settings: str) -> tuple[subprocess.CompletedProcess[str], Path]:
+    """``scripts/gpu-bench.sh`` on the CPU with this checkout's packages, ``settings`` added to its
+    environment; returns the finished run and its OUT folder."""
+    env = {**os.environ, "SITE": sysconfig.get_paths()["purelib"], **settings,
+           "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    out = tmp_path / "out"
+    done = subprocess.run(["bash", "scripts/gpu-bench.sh", str(tmp_path / "no-wheels"), str(out)],
+                          cwd=Path(__file__).parent.parent, env=env, capture_output=True, text=True, timeout=900)
+    return done, out
+
+
 @pytest.mark.parametrize("kind", ["mlx-lm", "lanes-even", "lanes-ragged"])
 def test_bare_loop_times_every_part(loaded, kind: str) -> None:
     r = _script().bare_loop(loaded, kind, 2, 2)
@@ -279,13 +290,8 @@ def test_gpu_bench_runs_the_bfloat16_model_with_cudnn_attention_off(tmp_path: Pa
 def test_gpu_bench_runs_one_stream_with_the_cells_asked_for(tmp_path: Path) -> None:
     """``gpu-bench.sh``'s ``streams`` step at one stream runs ``CELLS`` with mlx-lm for mlx-lm-batch
     (one stream's baseline), so an A/B cell runs beside them there too."""
-    root = Path(__file__).parent.parent
-    env = {**os.environ, "SITE": sysconfig.get_paths()["purelib"], "STEPS": "streams", "STREAM_COUNTS": "1",
-           "ROUNDS": "1", "MAX_TOKENS": "6", "CELLS": "mlx-lm-batch,plain,on:probe_starts=false",
-           "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
-    out = tmp_path / "out"
-    done = subprocess.run(["bash", "scripts/gpu-bench.sh", str(tmp_path / "no-wheels"), str(out)],
-                          cwd=root, env=env, capture_output=True, text=True, timeout=900)
+    done, out = _gpu_bench(tmp_path, STEPS="streams", STREAM_COUNTS="1", ROUNDS="1", MAX_TOKENS="6",
+                           CELLS="mlx-lm-batch,plain,on:probe_starts=false")
     assert done.returncode == 0, done.stderr[-2000:]
     runs = {p.name: json.loads(p.read_text()) for p in out.glob("gpu-*.json")}
     assert set(runs) == {"gpu-1-copy-heavy.json", "gpu-1-no-copy.json"}
@@ -383,12 +389,7 @@ def test_pass_widths_times_each_quantized_layer_shape_once() -> None:
 def test_gpu_bench_times_passes_by_width_into_a_file(tmp_path: Path) -> None:
     """``gpu-bench.sh``'s ``widths`` step runs ``scripts/pass_widths.py`` at the streams and widths
     asked for, as a round and queued at device offsets, and leaves its lines in OUT/widths.txt."""
-    root = Path(__file__).parent.parent
-    env = {**os.environ, "SITE": sysconfig.get_paths()["purelib"], "STEPS": "widths", "WIDTH_STREAMS": "1",
-           "WIDTHS": "1,3", "WIDTH_STEPS": "2", "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
-    out = tmp_path / "out"
-    done = subprocess.run(["bash", "scripts/gpu-bench.sh", str(tmp_path / "no-wheels"), str(out)],
-                          cwd=root, env=env, capture_output=True, text=True, timeout=900)
+    done, out = _gpu_bench(tmp_path, STEPS="widths", WIDTH_STREAMS="1", WIDTHS="1,3", WIDTH_STEPS="2")
     assert done.returncode == 0, done.stderr[-2000:]
     lines = (out / "widths.txt").read_text().splitlines()
     kinds = [line.split()[:2] for line in lines if line.startswith(("pass", "pending"))]
@@ -399,13 +400,8 @@ def test_gpu_bench_runs_cuda_graphs_on_and_off_in_alternate_processes(tmp_path: 
     """``gpu-bench.sh``'s ``graphs`` step: `pass_widths.py` and copy-heavy at one stream in four
     processes, MLX's CUDA graphs on, off, off, on (on a CPU the setting is read and changes
     nothing), each run's JSON recording the setting it ran under and its lines in OUT/graphs.txt."""
-    root = Path(__file__).parent.parent
-    env = {**os.environ, "SITE": sysconfig.get_paths()["purelib"], "STEPS": "graphs", "WIDTHS": "1",
-           "WIDTH_STEPS": "1", "ROUNDS": "1", "MAX_TOKENS": "4", "CELLS": "plain",
-           "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
-    out = tmp_path / "out"
-    done = subprocess.run(["bash", "scripts/gpu-bench.sh", str(tmp_path / "no-wheels"), str(out)],
-                          cwd=root, env=env, capture_output=True, text=True, timeout=900)
+    done, out = _gpu_bench(tmp_path, STEPS="graphs", WIDTHS="1", WIDTH_STEPS="1", ROUNDS="1", MAX_TOKENS="4",
+                           CELLS="plain")
     assert done.returncode == 0, done.stderr[-2000:]
     runs = {p.name: json.loads(p.read_text()) for p in out.glob("gpu-graphs*.json")}
     assert sorted(runs) == [f"gpu-graphs{g}-{n}-1-copy-heavy.json" for n, g in ((2, 0), (3, 0), (1, 1), (4, 1))]
