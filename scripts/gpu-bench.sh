@@ -23,7 +23,8 @@
 # 16 streams of mixed, whose prompts join at once: each prefilled alone against several in one pass of up
 # to one, four (Lanes' default on a GPU) or eight chunks' padded positions; engine.rounds.joins), attention (`scripts/attention_shapes.py`:
 # masked attention of a drafting round's shape, new shapes against a repeated one, bfloat16 with and without cuDNN and float32),
-# widths (`scripts/pass_widths.py`: a pass of each width at 1 and 4 streams, WIDTH_STREAMS, WIDTHS and WIDTH_STEPS, timed by part,
+# widths (`scripts/pass_widths.py`: a pass of each width at 1 and 4 streams, WIDTH_STREAMS, WIDTHS and WIDTH_STEPS, timed by part, with and without the fused attention;
+# WIDTH_ARGS replaces its "--matmuls --unfused",
 # and each quantized projection's kernel by rows, into OUT/widths.txt),
 # graphs (MLX's CUDA graphs, its default, against MLX_USE_CUDA_GRAPHS=0 in processes alternated on, off, off,
 # on: `pass_widths.py` at 1 and 4 streams into OUT/graphs.txt and copy-heavy at one stream, gpu-graphs<0|1>-<n>-1-copy-heavy.json),
@@ -97,7 +98,7 @@ bench() {  # NAME WORKLOAD [lanes bench args...]
 for step in $STEPS; do
   case $step in
     families)
-      python3 -m pytest -c /dev/null --rootdir=. -q -p no:cacheprovider tests/test_families.py 2>&1 | tail -n 15 \
+      python3 -m pytest -c /dev/null --rootdir=. -q -p no:cacheprovider tests/test_families.py tests/test_lane_attention.py 2>&1 | tail -n 15 \
         || echo "(family tests failed: the steps after them still run)" ;;
     tiny)
       for arch in gemma3_text nemotron_h lfm2 qwen3_next; do
@@ -161,7 +162,7 @@ for step in $STEPS; do
       # and each quantized projection's kernel by rows; its lines also land in OUT/widths.txt
       t=$(budget) || continue
       timeout "$t" python3 scripts/pass_widths.py --streams "${WIDTH_STREAMS:-1,4}" --widths "${WIDTHS:-1,2,3,4,8,16,33}" \
-        --steps "${WIDTH_STEPS:-100}" --matmuls 2>&1 | grep -v "^MLX is running" | tee "$OUT/widths.txt" || echo "(pass_widths.py failed or was cut at DEADLINE)" ;;
+        --steps "${WIDTH_STEPS:-100}" ${WIDTH_ARGS---matmuls --unfused} 2>&1 | grep -v "^MLX is running" | tee "$OUT/widths.txt" || echo "(pass_widths.py failed or was cut at DEADLINE)" ;;
     graphs)  # MLX's CUDA graphs (its default) against kernels launched one by one, each in its own process,
       # in the order on, off, off, on: passes by width and copy-heavy at one stream (files gpu-graphs*)
       n=0
@@ -172,6 +173,11 @@ for step in $STEPS; do
         MLX_USE_CUDA_GRAPHS=$g timeout "$t" python3 scripts/pass_widths.py --streams 1,4 --widths "${WIDTHS:-1,4}" \
           --steps "${WIDTH_STEPS:-40}" 2>&1 | grep -v "^MLX is running" | tee -a "$OUT/graphs.txt" || echo "(pass_widths.py failed or was cut)"
         MLX_USE_CUDA_GRAPHS=$g bench "graphs$g-$n-1-copy-heavy" copy-heavy --streams 1 --cells "${CELLS/mlx-lm-batch/mlx-lm}"
+      done ;;
+    fused)  # masked attention as one kernel reading the lengths (the default on CUDA) or on MLX's own ops
+      bench fused-1-copy-heavy copy-heavy --streams 1 --cells mlx-lm,plain,plain:fused_attention=false,on,on:fused_attention=false
+      for w in copy-heavy no-copy; do
+        bench "fused-$w" "$w" --cells mlx-lm-batch,plain,plain:fused_attention=false,on,on:fused_attention=false
       done ;;
     continue)  # a drafting round's successor run ahead with the copies' continuations (the default) or not
       bench continue-1-copy-heavy copy-heavy --streams 1 --cells mlx-lm,plain,on,on:continue_copies=false

@@ -12,6 +12,9 @@ could not run ahead; ``sync - build - dispatch`` is about the device's own time)
 line times the same pass queued as a round run ahead after a drafting one is (its offsets on the
 device, so every key is attended under a mask, a lone stream's too).
 
+``--unfused`` adds each pass with masked attention on MLX's own ops (``unfused`` lines) where the
+passes run it as one kernel (``engine.model.lane_attention``: CUDA), alternating the two.
+
 ``--matmuls`` also times ``mx.quantized_matmul`` alone for each distinct shape of the model's
 quantized layers at those rows (streams x width): microseconds per call, 64 calls in one graph, and
 for comparison a float matmul with the weight dequantized once. MLX's CUDA backend computes up to 7
@@ -128,6 +131,8 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=100)
     ap.add_argument("--model", default=None)
     ap.add_argument("--matmuls", action="store_true")
+    ap.add_argument("--unfused", action="store_true",
+                    help="also time each pass with masked attention on MLX's own ops (lanes whose passes fuse it)")
     args = ap.parse_args()
     loaded = load_model(args.model)
     widths = [int(w) for w in args.widths.split(",")]
@@ -135,12 +140,14 @@ def main() -> None:
     for b in [int(s) for s in args.streams.split(",")]:
         lanes = _lanes(loaded, b)
         for w in widths:
-            pass_times(loaded, lanes, w, 3)  # compiles the kernels
-            r = pass_times(loaded, lanes, w, args.steps)
-            print(f"pass {b}x{w:<3d} " + " ".join(f"{k} {v:6.2f}" for k, v in r.items()), flush=True)
-            pass_times(loaded, lanes, w, 3, pending=True)
-            r = pass_times(loaded, lanes, w, args.steps, pending=True)
-            print(f"pending {b}x{w:<3d} " + " ".join(f"{k} {v:6.2f}" for k, v in r.items()), flush=True)
+            for fused in (lanes.fused, False) if args.unfused and lanes.fused else (lanes.fused,):
+                lanes.fused = fused
+                tag = "" if fused == loaded.passes.fused_attention else " unfused"
+                for kind, pending in (("pass", False), ("pending", True)):
+                    pass_times(loaded, lanes, w, 3, pending=pending)  # compiles the kernels
+                    r = pass_times(loaded, lanes, w, args.steps, pending=pending)
+                    print(f"{kind} {b}x{w:<3d}{tag} " + " ".join(f"{k} {v:6.2f}" for k, v in r.items()), flush=True)
+            lanes.fused = loaded.passes.fused_attention
     if args.matmuls:
         matmul_times(loaded.model, sorted({b * w for b in [int(s) for s in args.streams.split(",")] for w in widths}))
 

@@ -355,6 +355,7 @@ def test_gpu_bench_goes_on_after_a_step_fails(tmp_path: Path) -> None:
     (tree / "tests").mkdir()
     (tree / "scripts" / "gpu-bench.sh").write_text((root / "scripts" / "gpu-bench.sh").read_text())
     (tree / "tests" / "test_families.py").write_text("def test_fails():\n    assert False\n")
+    (tree / "tests" / "test_lane_attention.py").write_text("def test_passes():\n    pass\n")
     env = {**os.environ, "SITE": sysconfig.get_paths()["purelib"], "STEPS": "families families",
            "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
     done = subprocess.run(["bash", "scripts/gpu-bench.sh", "-", str(tmp_path / "out")], cwd=tree, env=env,

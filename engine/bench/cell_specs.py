@@ -109,6 +109,11 @@ class Cell:
         """Whether a round run ahead starts one row of a window due a probe (engine.rounds.run_ahead)."""
         return bool(self.settings.get("probe_starts", True))
 
+    @property
+    def fused_attention(self) -> bool:
+        """Whether masked attention runs as the passes choose (on CUDA one kernel) or on MLX's own ops."""
+        return bool(self.settings.get("fused_attention", True))
+
     def with_settings(self, family: Family) -> Family:
         """``family`` with this cell's settings applied (the family itself when there are none)."""
         plain = {k: v for k, v in self.settings.items() if "." not in k and k not in ENGINE_SETTINGS}

@@ -112,12 +112,14 @@ def run_mlx_lm_batch(loaded: LoadedModel, items: list[WorkItem], prompts: list[l
 
 
 def cell_passes(loaded: LoadedModel, cell: Cell) -> RoundPasses:
-    """The passes a Lanes cell runs: the model's, the generic pass, or an accelerator's uncompiled."""
+    """The passes a Lanes cell runs: the model's, the generic pass, or an accelerator's uncompiled or
+    with MLX's own masked attention."""
     if cell.generic_pass:
         return GENERIC
-    if not cell.compiled and loaded.passes.compiled is not None:
-        return ACCELERATOR
-    return loaded.passes
+    passes = loaded.passes
+    if not cell.compiled and passes.compiled is not None:
+        passes = replace(ACCELERATOR, fused_attention=passes.fused_attention)
+    return passes if cell.fused_attention else replace(passes, fused_attention=False)
 
 
 def run_lanes(loaded: LoadedModel, items: list[WorkItem], costs: CostModel, cell: Cell,

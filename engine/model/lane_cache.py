@@ -44,6 +44,7 @@ from dataclasses import dataclass
 import mlx.core as mx
 from mlx_lm.models.cache import ArraysCache, KVCache
 
+from engine.model import lane_attention
 from engine.model.cache_kinds import LayerKind, cache_arrays, length_of
 from engine.model.lane_buffers import STEP, capacity_for, round_up, stack
 from engine.model.lane_snapshot import Saved, put_back, snapshot
@@ -70,10 +71,12 @@ class LaneCache:
     model of plain attention layers only. ``fixed``: a draft-free round (one row per stream) of
     several streams has a graph that depends on its shapes alone (``place``), as a compiled pass
     needs (``engine.passes.compiled``); a lone stream keeps mlx-lm's own cache's graph, which has
-    fewer kernels, and a drafting round the graph of its own width."""
+    fewer kernels, and a drafting round the graph of its own width. ``fused``: attention under this
+    cache's masks runs as one kernel reading the lengths (``engine.model.lane_attention``: CUDA)."""
 
-    def __init__(self, kinds: int | list[LayerKind], fixed: bool = False) -> None:
+    def __init__(self, kinds: int | list[LayerKind], fixed: bool = False, fused: bool = False) -> None:
         self._fixed = fixed
+        self.fused = fused  # masked attention by ``engine.model.lane_attention``'s kernel
         self.kinds = [LayerKind()] * kinds if isinstance(kinds, int) else list(kinds)
         self.n_layers = n_layers = len(self.kinds)
         self.keys: list[mx.array | None] = [None] * n_layers
@@ -272,6 +275,17 @@ class LaneCache:
             keypos = mx.arange(end, dtype=mx.int32)[None, None, None, :]
             self._masks[window] = self._mask & (keypos > query - window)
         return self._masks[window]
+
+    def attend(self, queries: mx.array, keys: mx.array, values: mx.array, scale: float,
+               mask: object) -> mx.array | None:
+        """This round's attention by ``engine.model.lane_attention``'s kernel where ``fused`` and
+        ``mask`` is one this cache made (it then knows the window), else None: mlx-lm's call runs."""
+        if not self.fused or mask is None or not lane_attention.fits(queries, keys, values):
+            return None
+        window = next((w for w, m in self._masks.items() if m is mask), None)
+        if window is None and mask is not self._mask:
+            return None
+        return lane_attention.attend(queries, keys, values, self.offsets, scale, window)
 
     def alone_within(self, window: int | None) -> bool:
         """Whether this round attends one stream's keys, every one of them real and within ``window``

@@ -39,6 +39,11 @@ class LayerView:
             return None  # what mlx-lm's cache gives one query row: nothing to hide, so no mask to apply
         return self._lanes.mask(n, window)
 
+    def fused_attention(self, queries: mx.array, keys: mx.array, values: mx.array, scale: float,
+                        mask: object) -> mx.array | None:
+        # What ``engine.model.lane_attention``'s routing asks: the round's attention, or None for mlx-lm's.
+        return self._lanes.attend(queries, keys, values, scale, mask)
+
     @property
     def nbytes(self) -> int:
         k, v = self._lanes.keys[self._layer], self._lanes.values[self._layer]

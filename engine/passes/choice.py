@@ -19,7 +19,8 @@ whether it will draft (``speculate_ahead``; ``engine.rounds.run_ahead``): the de
 the host verifies, and the allocator prices dropping that pass against keeping it. On the CPU the
 dropped pass would be compute taken from the next one, so the CPU runs ahead only when no stream can
 draft next round. On an accelerator the model's graph is also compiled for draft-free rounds of
-several streams (``engine.passes.compiled``), unless a layer is recurrent.
+several streams (``engine.passes.compiled``), unless a layer is recurrent. On CUDA a round's masked
+attention runs as one kernel reading each stream's length (``engine.model.lane_attention``).
 
 Nothing else chooses: the scheduler reads ``LoadedModel.passes``; a test or a benchmark that wants
 another choice loads the model with it (``dataclasses.replace(loaded, passes=GENERIC)``).
@@ -28,12 +29,13 @@ another choice loads the model with it (``dataclasses.replace(loaded, passes=GEN
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import mlx.core as mx
 import mlx.nn as nn
 
+from engine.model import lane_attention
 from engine.model.cache_kinds import LayerKind, cache_arrays
 from engine.model.lane_cache import LaneCache
 from engine.passes.compiled import CompiledPass
@@ -53,6 +55,7 @@ class RoundPasses:
     row_multiple: int = 1  # flattened rows of a grouped pass padded to a multiple of this
     speculate_ahead: bool = False  # run a draft-free round's successor ahead even if it may draft
     compiled: CompiledPass | None = None  # padded passes compiled, over lanes of fixed shapes
+    fused_attention: bool = False  # masked attention as one kernel (engine.model.lane_attention: CUDA)
 
     @property
     def compiled_draws(self) -> bool:
@@ -62,7 +65,7 @@ class RoundPasses:
 
     def lanes(self, kinds: Sequence[LayerKind]) -> LaneCache:
         """Empty lanes for these passes (of fixed shapes where the padded pass is compiled)."""
-        return LaneCache(list(kinds), fixed=self.compiled is not None)
+        return LaneCache(list(kinds), fixed=self.compiled is not None, fused=self.fused_attention)
 
     def prefill(self, model: nn.Module, tokens: Sequence[int], caches: Sequence[Any]) -> None:
         """Append ``tokens`` to one stream's ``caches``: the transformer body only (prefill needs
@@ -96,10 +99,13 @@ def llama_cpu(model: nn.Module) -> RoundPasses:
 
 def accelerator(model: nn.Module, kinds: Sequence[LayerKind]) -> RoundPasses:
     """An accelerator's passes: run ahead, and compiled unless a layer is recurrent (its state is
-    Python's: ``engine.passes.compiled``)."""
+    Python's: ``engine.passes.compiled``); on CUDA, masked attention as one kernel."""
+    fused = lane_attention.available()
+    if fused:
+        lane_attention.install()
     if any(k.recurrent for k in kinds):
-        return ACCELERATOR
-    return RoundPasses("compiled-ahead", speculate_ahead=True, compiled=CompiledPass(model))
+        return replace(ACCELERATOR, fused_attention=fused)
+    return RoundPasses("compiled-ahead", speculate_ahead=True, compiled=CompiledPass(model), fused_attention=fused)
 
 
 def choose(model: nn.Module, device: str, kinds: Sequence[LayerKind]) -> RoundPasses:

@@ -48,7 +48,8 @@ class CompiledPass:
         self.model = model
         self.failed: str | None = None  # why tracing this model failed: its rounds then run uncompiled
         self._lanes: LaneCache | None = None
-        self._compiled = mx.compile(self._traced)
+        # A trace is replayed whatever the lanes' ``fused`` attention says: one compiled function each.
+        self._compiled = {fused: mx.compile(self._traced) for fused in (False, True)}
 
     def __call__(self, lanes: LaneCache, tokens: mx.array) -> mx.array:
         if not lanes.fixed or self.failed:  # a lone stream or a drafting round (module docstring)
@@ -58,7 +59,7 @@ class CompiledPass:
         n = lanes.n_layers
         offsets, keys, values = lanes.offsets, lanes.keys, lanes.values
         try:
-            logits, *buffers = self._compiled(tokens, offsets, *keys, *values)
+            logits, *buffers = self._compiled[lanes.fused](tokens, offsets, *keys, *values)
         except Exception as exc:  # e.g. a layer that reads an array's value while it is traced
             self.failed = f"{type(exc).__name__}: {exc}"
             log.warning("the model's rounds cannot be compiled (%s); they run uncompiled", self.failed)
