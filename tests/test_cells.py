@@ -107,3 +107,18 @@ def test_run_ahead_settings_are_the_engines_and_on_unless_turned_off() -> None:
     assert (default.continue_copies, default.start_copies, default.probe_starts) == (True, True, True)
     family = Family(name="x")
     assert cell.with_settings(family) == family
+
+
+def test_fused_attention_setting_picks_the_passes_attention(loaded) -> None:
+    from dataclasses import replace
+
+    from engine.bench.runner import cell_passes
+    from engine.passes.choice import accelerator
+
+    (cell,) = parse_cells("on:fused_attention=false")
+    assert cell.with_settings(loaded.family) == loaded.family  # an engine setting, not the family's
+    gpu = replace(loaded, passes=replace(accelerator(loaded.model, loaded.kinds), fused_attention=True))
+    assert not cell_passes(gpu, cell).fused_attention
+    assert cell_passes(gpu, parse_cells("on")[0]).fused_attention
+    assert cell_passes(gpu, parse_cells("on:compiled=false")[0]).fused_attention
+    assert cell_passes(gpu, parse_cells("on:compiled=false")[0]).compiled is None

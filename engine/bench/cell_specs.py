@@ -18,7 +18,8 @@ model as it was before contexts were priced (every round priced as if at the cal
 uncompiled), ``prefill_pass=N`` (padded positions a pass that prefills several joining streams may
 take, ``engine.rounds.joins``; 1 prefills each stream alone), ``continue_copies=false`` (no round
 run ahead after a drafting round, ``engine.rounds.run_ahead``), ``start_copies=false`` (no copy
-started in a round run ahead) and ``probe_starts=false`` (no probe started there).
+started in a round run ahead), ``probe_starts=false`` (no probe started there) and
+``fused_attention=false`` (CUDA's masked attention on MLX's own ops, not ``engine.model.lane_attention``).
 """
 
 from __future__ import annotations
@@ -52,10 +53,12 @@ SETTINGS: Mapping[str, type] = MappingProxyType({
     "continue_copies": bool,
     "start_copies": bool,
     "probe_starts": bool,
+    "fused_attention": bool,
 })
 INT_MINIMUM: Mapping[str, int] = MappingProxyType({"brief_match": 0})  # 0 turns it off; others start at 1
 # Not family settings: with_settings leaves them out.
-ENGINE_SETTINGS = ("context_cost", "generic_pass", "compiled", "prefill_pass", "continue_copies", "start_copies", "probe_starts")
+ENGINE_SETTINGS = ("context_cost", "generic_pass", "compiled", "prefill_pass", "continue_copies", "start_copies", "probe_starts",
+                   "fused_attention")
 _TRUE, _FALSE = ("true", "on", "yes", "1"), ("false", "off", "no", "0")
 
 
