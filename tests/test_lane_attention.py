@@ -14,7 +14,12 @@ from mlx_lm.models.cache import KVCache
 from engine.model import lane_attention
 from engine.model.lane_cache import LaneCache
 
-cuda = pytest.mark.skipif(not lane_attention.available(), reason="the kernel runs on MLX's CUDA backend")
+cuda = pytest.mark.skipif(not lane_attention.on_cuda(), reason="the kernel runs on MLX's CUDA backend")
+
+
+@cuda
+def test_kernel_builds_and_passes_its_own_probe() -> None:
+    assert lane_attention.available()
 
 
 def _mask(offsets: list[int], rows: int, keys: int, window: int | None) -> mx.array:
@@ -73,6 +78,10 @@ def _short_inputs() -> tuple[mx.array, mx.array, mx.array, mx.array]:
     kbuf, vbuf = (mx.random.normal((1, 4, 5, 128)) for _ in range(2))
     kbuf, vbuf = (mx.concatenate([a, mx.full((1, 4, 59, 128), 1e4)], axis=2) for a in (kbuf, vbuf))
     return q, kbuf, vbuf, mx.array([2], dtype=mx.int32)
+
+
+def test_not_available_off_cuda() -> None:
+    assert lane_attention.available() == lane_attention.on_cuda()
 
 
 def test_routing_leaves_other_caches_to_mlx_lm(loaded) -> None:

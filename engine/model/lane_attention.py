@@ -25,11 +25,14 @@ rejected or stale rows, never read).
 from __future__ import annotations
 
 import functools
+import logging
 import math
 import sys
 from typing import Any
 
 import mlx.core as mx
+
+log = logging.getLogger(__name__)
 
 MAX_ROWS = 32  # query rows a stream may have here; wider passes (prefill chunks) re-read every key per row
 HEAD_DIMS = (64, 96, 128, 256)  # a warp's 32 lanes split a head: a multiple of 32
@@ -101,9 +104,30 @@ if (lane == 0) {
 """
 
 
-def available() -> bool:
+def on_cuda() -> bool:
     """Whether rounds run on MLX's CUDA backend, the one whose masked attention is unfused."""
     return mx.default_device() == mx.gpu and mx.cuda.is_available()
+
+
+@functools.cache
+def available() -> bool:
+    """``on_cuda``, and the kernel builds and answers a small case as MLX's masked attention does:
+    a kernel that fails to build (another CUDA, another MLX) must cost speed, never a reply."""
+    if not on_cuda():
+        return False
+    offsets = [3, 0]
+    q = mx.random.normal((2, 4, 2, 64), key=mx.random.key(0))
+    k, v = (mx.random.normal((2, 2, 9, 64), key=mx.random.key(i)) for i in (1, 2))
+    keypos, last = mx.arange(5)[None, None, None, :], mx.array(offsets)[:, None, None, None] + mx.arange(2)[:, None]
+    try:
+        got = attend(q, k[:, :, :5], v[:, :, :5], mx.array(offsets, dtype=mx.int32), 0.125)
+        want = mx.fast.scaled_dot_product_attention(q, k[:, :, :5], v[:, :, :5], scale=0.125, mask=keypos <= last)
+        if mx.allclose(got, want, atol=1e-4).item():
+            return True
+        log.warning("lanes' attention kernel disagrees with MLX's here: masked attention stays on MLX's ops")
+    except Exception as exc:  # e.g. NVRTC refusing the source
+        log.warning("lanes' attention kernel failed to build (%s): masked attention stays on MLX's ops", exc)
+    return False
 
 
 def fits(queries: mx.array, keys: mx.array, values: mx.array) -> bool:
