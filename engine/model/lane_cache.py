@@ -16,19 +16,18 @@ Worked example: two streams of lengths [5, 3] run a round of width 4. Row 0
 writes positions 5..8, row 1 writes 3..6. Row 0 keeps 2 (its next token and one
 accepted draft) and row 1 keeps 4: lengths become [7, 7].
 
-Streams join and leave by copying one row where they can (``add``, ``remove``): a
-leave moves the last stream into the leaver's row and leaves a spare row at the
-end (``slots``), which the next join fills.
+Streams join and leave by copying one row where they can (``add``, ``remove``): a leave moves
+the last stream into the leaver's row, leaving a spare row (``slots``) the next join fills.
 
 The model sees one view per cached layer, the interface mlx-lm's layers call:
 ``LayerView`` for attention (``update_and_fetch``, ``offset``, ``make_mask``; a
-sliding-window layer's mask also hides keys older than its window) and
+sliding-window layer's mask also hides keys older than its window; on CUDA
+``fused_attention``, ``engine.model.lane_attention``) and
 ``StateView`` for a recurrent layer (``cache[i]`` reads and writes, ``lengths``,
 ``make_mask``: what mlx-lm's batched generation gives its conv and SSM layers).
-The lengths and masks live once in ``LaneCache``. A recurrent layer's state
-cannot be overwritten later like a rejected row's keys: a round stops each
-stream's state at its real rows, and ``settle`` replays the kept rows of streams
-that rejected some (``engine.model.state_replay``).
+The lengths and masks live once in ``LaneCache``. A recurrent layer's state cannot be
+overwritten later like a rejected row's keys: a round stops each stream's state at its real
+rows, and ``settle`` replays the kept rows of streams that rejected some (``state_replay``).
 
 A *grouped* round (``begin_grouped``, used by ``engine.passes.grouped``) gives each
 stream its own width instead: streams with one row are attended as one group,
@@ -44,7 +43,6 @@ from dataclasses import dataclass
 import mlx.core as mx
 from mlx_lm.models.cache import ArraysCache, KVCache
 
-from engine.model import lane_attention
 from engine.model.cache_kinds import LayerKind, cache_arrays, length_of
 from engine.model.lane_buffers import STEP, capacity_for, round_up, stack
 from engine.model.lane_snapshot import Saved, put_back, snapshot
@@ -71,12 +69,11 @@ class LaneCache:
     model of plain attention layers only. ``fixed``: a draft-free round (one row per stream) of
     several streams has a graph that depends on its shapes alone (``place``), as a compiled pass
     needs (``engine.passes.compiled``); a lone stream keeps mlx-lm's own cache's graph, which has
-    fewer kernels, and a drafting round the graph of its own width. ``fused``: attention under this
-    cache's masks runs as one kernel reading the lengths (``engine.model.lane_attention``: CUDA)."""
+    fewer kernels, and a drafting round the graph of its own width. ``fused``: see ``LayerView``."""
 
     def __init__(self, kinds: int | list[LayerKind], fixed: bool = False, fused: bool = False) -> None:
         self._fixed = fixed
-        self.fused = fused  # masked attention by ``engine.model.lane_attention``'s kernel
+        self.fused = fused  # masked attention as one kernel (``LayerView.fused_attention``)
         self.kinds = [LayerKind()] * kinds if isinstance(kinds, int) else list(kinds)
         self.n_layers = n_layers = len(self.kinds)
         self.keys: list[mx.array | None] = [None] * n_layers
@@ -275,17 +272,6 @@ class LaneCache:
             keypos = mx.arange(end, dtype=mx.int32)[None, None, None, :]
             self._masks[window] = self._mask & (keypos > query - window)
         return self._masks[window]
-
-    def attend(self, queries: mx.array, keys: mx.array, values: mx.array, scale: float,
-               mask: object) -> mx.array | None:
-        """This round's attention by ``engine.model.lane_attention``'s kernel where ``fused`` and
-        ``mask`` is one this cache made (it then knows the window), else None: mlx-lm's call runs."""
-        if not self.fused or mask is None or not lane_attention.fits(queries, keys, values):
-            return None
-        window = next((w for w, m in self._masks.items() if m is mask), None)
-        if window is None and mask is not self._mask:
-            return None
-        return lane_attention.attend(queries, keys, values, self.offsets, scale, window)
 
     def alone_within(self, window: int | None) -> bool:
         """Whether this round attends one stream's keys, every one of them real and within ``window``

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 import mlx.core as mx
 
+from engine.model import lane_attention
 from engine.model.state_replay import Call
 
 if TYPE_CHECKING:
@@ -41,8 +42,14 @@ class LayerView:
 
     def fused_attention(self, queries: mx.array, keys: mx.array, values: mx.array, scale: float,
                         mask: object) -> mx.array | None:
-        # What ``engine.model.lane_attention``'s routing asks: the round's attention, or None for mlx-lm's.
-        return self._lanes.attend(queries, keys, values, scale, mask)
+        """What ``engine.model.lane_attention``'s routing asks: where the lanes are ``fused`` and ``mask``
+        is this round's own, attention by its kernel, reading the lengths; else None (mlx-lm's)."""
+        lanes, window = self._lanes, self._lanes.kinds[self._layer].window
+        if not lanes.fused or mask is None or not lane_attention.fits(queries, keys, values):
+            return None
+        if mask is not lanes.mask(queries.shape[2], window):  # a mask the layer made for itself
+            return None
+        return lane_attention.attend(queries, keys, values, lanes.offsets, scale, window)
 
     @property
     def nbytes(self) -> int:
