@@ -28,6 +28,9 @@
 # and each quantized projection's kernel by rows, into OUT/widths.txt),
 # graphs (MLX's CUDA graphs, its default, against MLX_USE_CUDA_GRAPHS=0 in processes alternated on, off, off,
 # on: `pass_widths.py` at 1 and 4 streams into OUT/graphs.txt and copy-heavy at one stream, gpu-graphs<0|1>-<n>-1-copy-heavy.json),
+# fused (`plain` and `on` against their cells with `fused_attention=false`, copy-heavy at 1 and 4 streams and no-copy at 4:
+# masked attention as one kernel, engine.model.lane_attention), alone (`plain` and `on` against `compile_alone=false`,
+# copy-heavy and no-copy at one stream: a lone stream's draft-free rounds compiled, engine.passes.compiled),
 # continue (`on` against `on:continue_copies=false`, copy-heavy at 1 and 4 streams and mixed at 4: a drafting
 # round's successor run ahead with the copies' continuations, engine.rounds.run_ahead), starts (`on` against
 # `on:start_copies=false`, copy-heavy at 8 and 1 streams and mixed at 4: copies started in rounds run ahead), tiny (tiny random models of each cache kind through copy-heavy:
@@ -178,6 +181,10 @@ for step in $STEPS; do
       bench fused-1-copy-heavy copy-heavy --streams 1 --cells mlx-lm,plain,plain:fused_attention=false,on,on:fused_attention=false
       for w in copy-heavy no-copy; do
         bench "fused-$w" "$w" --cells mlx-lm-batch,plain,plain:fused_attention=false,on,on:fused_attention=false
+      done ;;
+    alone)  # a lone stream's draft-free rounds compiled (the default with the fused attention) or not
+      for w in copy-heavy no-copy; do
+        bench "alone-1-$w" "$w" --streams 1 --cells mlx-lm,plain,plain:compile_alone=false,on,on:compile_alone=false
       done ;;
     continue)  # a drafting round's successor run ahead with the copies' continuations (the default) or not
       bench continue-1-copy-heavy copy-heavy --streams 1 --cells mlx-lm,plain,on,on:continue_copies=false

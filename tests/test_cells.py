@@ -122,3 +122,20 @@ def test_fused_attention_setting_picks_the_passes_attention(loaded) -> None:
     assert cell_passes(gpu, parse_cells("on")[0]).fused_attention
     assert cell_passes(gpu, parse_cells("on:compiled=false")[0]).fused_attention
     assert cell_passes(gpu, parse_cells("on:compiled=false")[0]).compiled is None
+
+
+def test_compile_alone_setting_picks_a_lone_stream_s_compilation(loaded) -> None:
+    from dataclasses import replace
+
+    from engine.bench.runner import cell_passes
+    from engine.passes.choice import accelerator
+
+    fused = replace(accelerator(loaded.model, loaded.kinds), fused_attention=True, compile_alone=True)
+    gpu = replace(loaded, passes=fused)
+    assert cell_passes(gpu, parse_cells("on")[0]).compile_alone
+    assert not cell_passes(gpu, parse_cells("on:compile_alone=false")[0]).compile_alone
+    assert not cell_passes(gpu, parse_cells("on:fused_attention=false")[0]).compile_alone  # masked: more kernels
+    assert not cell_passes(gpu, parse_cells("on:compiled=false")[0]).compile_alone  # nothing compiled
+    assert cell_passes(gpu, parse_cells("on")[0]).lanes(loaded.kinds).views  # the lanes build
+    cpu = replace(loaded, passes=accelerator(loaded.model, loaded.kinds))
+    assert cell_passes(cpu, parse_cells("on:compile_alone=true")[0]).compile_alone

@@ -96,6 +96,32 @@ def test_a_lone_stream_runs_uncompiled_as_mlx_lm_s_cache(loaded) -> None:
     assert mx.array_equal(got, want).item()
 
 
+def test_a_lone_stream_compiles_where_its_lanes_say_so(loaded) -> None:
+    """``fixed_alone`` (CUDA, where the masked attention is one kernel): a lone stream's draft-free
+    rounds replay one trace with the length as an input, a drafting round between them runs
+    uncompiled, and the greedy tokens are mlx-lm's own cache's."""
+    prompt = (mx.arange(250, dtype=mx.int32)[None] * 7) % 5000
+    lanes, solo = LaneCache(list(loaded.kinds), fixed=True, fixed_alone=True), [KVCache() for _ in range(loaded.n_layers)]
+    caches = [KVCache() for _ in range(loaded.n_layers)]
+    loaded.model(prompt, cache=caches)
+    want_logits = loaded.model(prompt, cache=solo)
+    lanes.add(caches)
+    compiled, token = CompiledPass(loaded.model), mx.argmax(want_logits[:, -1], axis=-1).astype(mx.int32)
+    got, want = [], []
+    for width in (1, 1, 2, 1, 1, 1, 1, 1, 1):  # across the buffers' growth at 256 positions
+        lanes.begin_round(width)
+        assert lanes.fixed == (width == 1)
+        logits = compiled(lanes, mx.repeat(token[:, None], width, axis=1))
+        lanes.advance(0, 1)  # a drafting round keeps its first row, as a rejected draft would leave it
+        lanes.end_round()
+        ref = loaded.model(token[:, None], cache=solo)
+        got.append(mx.argmax(logits[:, 0], axis=-1).item())
+        want.append(mx.argmax(ref[:, -1], axis=-1).item())
+        token = mx.argmax(ref[:, -1], axis=-1).astype(mx.int32)
+    assert got == want
+    assert lanes.capacity > 256 and compiled.failed is None
+
+
 def test_bench_cells_choose_compiled_or_not(loaded) -> None:
     """On an accelerator's passes a cell runs compiled unless it says ``compiled=false`` (then the same
     passes uncompiled, still run ahead), so `lanes bench` measures the two side by side."""

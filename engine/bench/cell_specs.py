@@ -18,8 +18,10 @@ model as it was before contexts were priced (every round priced as if at the cal
 uncompiled), ``prefill_pass=N`` (padded positions a pass that prefills several joining streams may
 take, ``engine.rounds.joins``; 1 prefills each stream alone), ``continue_copies=false`` (no round
 run ahead after a drafting round, ``engine.rounds.run_ahead``), ``start_copies=false`` (no copy
-started in a round run ahead), ``probe_starts=false`` (no probe started there) and
-``fused_attention=false`` (CUDA's masked attention on MLX's own ops, not ``engine.model.lane_attention``).
+started in a round run ahead), ``probe_starts=false`` (no probe started there),
+``fused_attention=false`` (CUDA's masked attention on MLX's own ops, not ``engine.model.lane_attention``)
+and ``compile_alone=true|false`` (a lone stream's draft-free rounds compiled or not; by default
+where the attention is fused).
 """
 
 from __future__ import annotations
@@ -54,11 +56,12 @@ SETTINGS: Mapping[str, type] = MappingProxyType({
     "start_copies": bool,
     "probe_starts": bool,
     "fused_attention": bool,
+    "compile_alone": bool,
 })
 INT_MINIMUM: Mapping[str, int] = MappingProxyType({"brief_match": 0})  # 0 turns it off; others start at 1
 # Not family settings: with_settings leaves them out.
 ENGINE_SETTINGS = ("context_cost", "generic_pass", "compiled", "prefill_pass", "continue_copies", "start_copies", "probe_starts",
-                   "fused_attention")
+                   "fused_attention", "compile_alone")
 _TRUE, _FALSE = ("true", "on", "yes", "1"), ("false", "off", "no", "0")
 
 
@@ -116,6 +119,12 @@ class Cell:
     def fused_attention(self) -> bool:
         """Whether masked attention runs as the passes choose (on CUDA one kernel) or on MLX's own ops."""
         return bool(self.settings.get("fused_attention", True))
+
+    @property
+    def compile_alone(self) -> bool | None:
+        """Whether a lone stream's draft-free rounds are compiled (None: as the passes choose)."""
+        value = self.settings.get("compile_alone")
+        return None if value is None else bool(value)
 
     def with_settings(self, family: Family) -> Family:
         """``family`` with this cell's settings applied (the family itself when there are none)."""

@@ -112,14 +112,18 @@ def run_mlx_lm_batch(loaded: LoadedModel, items: list[WorkItem], prompts: list[l
 
 
 def cell_passes(loaded: LoadedModel, cell: Cell) -> RoundPasses:
-    """The passes a Lanes cell runs: the model's, the generic pass, or an accelerator's uncompiled or
-    with MLX's own masked attention."""
+    """The passes a Lanes cell runs: the model's, the generic pass, or an accelerator's uncompiled,
+    with MLX's own masked attention (and then a lone stream uncompiled), or a lone stream compiled or not."""
     if cell.generic_pass:
         return GENERIC
     passes = loaded.passes
     if not cell.compiled and passes.compiled is not None:
         passes = replace(ACCELERATOR, fused_attention=passes.fused_attention)
-    return passes if cell.fused_attention else replace(passes, fused_attention=False)
+    if not cell.fused_attention:
+        passes = replace(passes, fused_attention=False, compile_alone=False)
+    if cell.compile_alone is not None and passes.compiled is not None:
+        passes = replace(passes, compile_alone=cell.compile_alone)
+    return passes
 
 
 def run_lanes(loaded: LoadedModel, items: list[WorkItem], costs: CostModel, cell: Cell,

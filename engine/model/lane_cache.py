@@ -69,10 +69,11 @@ class LaneCache:
     model of plain attention layers only. ``fixed``: a draft-free round (one row per stream) of
     several streams has a graph that depends on its shapes alone (``place``), as a compiled pass
     needs (``engine.passes.compiled``); a lone stream keeps mlx-lm's own cache's graph, which has
-    fewer kernels, and a drafting round the graph of its own width. ``fused``: see ``LayerView``."""
+    fewer kernels (``fixed_alone``: unless its attention is one kernel either way), and a drafting
+    round the graph of its own width. ``fused``: ``LayerView.fused_attention``."""
 
-    def __init__(self, kinds: int | list[LayerKind], fixed: bool = False, fused: bool = False) -> None:
-        self._fixed = fixed
+    def __init__(self, kinds: int | list[LayerKind], fixed: bool = False, fused: bool = False, fixed_alone: bool = False) -> None:
+        self._fixed, self._fixed_alone = fixed, fixed_alone
         self.fused = fused  # masked attention as one kernel (``LayerView.fused_attention``)
         self.kinds = [LayerKind()] * kinds if isinstance(kinds, int) else list(kinds)
         self.n_layers = n_layers = len(self.kinds)
@@ -101,9 +102,8 @@ class LaneCache:
         return len(self.lengths)
 
     @property
-    def fixed(self) -> bool:
-        """Whether this round's shapes alone decide its graph (see the class docstring)."""
-        return self._fixed and self._width == 1 and len(self.lengths) > 1
+    def fixed(self) -> bool:  # whether this round's shapes alone decide its graph (class docstring)
+        return self._fixed and self._width == 1 and (len(self.lengths) > 1 or self._fixed_alone)
 
     @property
     def slots(self) -> int:
@@ -276,7 +276,7 @@ class LaneCache:
     def alone_within(self, window: int | None) -> bool:
         """Whether this round attends one stream's keys, every one of them real and within ``window``
         (a lone stream's keys end at its own length plus the round's rows)."""
-        return self.batch == 1 and not self.pending and (window is None or self.lengths[0] + self._width <= window)
+        return self.batch == 1 and not (self.pending or self.fixed) and (window is None or self.lengths[0] + self._width <= window)
 
     def write(self, layer: int, keys: mx.array, values: mx.array) -> tuple[mx.array, mx.array]:
         kbuf, vbuf = self._put(layer, range(self.batch), keys, values)

@@ -27,9 +27,9 @@ class LayerView:
     def offset(self) -> mx.array | int:
         # Per-row rotary positions: each stream's rows start at its own length. A lone stream's is
         # a number, as in mlx-lm's own cache (one rope call with fewer inputs, on every layer), unless
-        # its length is still on the device (``LaneCache.begin_pending``).
+        # its length is still on the device (``LaneCache.begin_pending``) or a compiled pass's input.
         lanes = self._lanes
-        return lanes.lengths[0] if lanes.batch == 1 and not lanes.pending else lanes.offsets
+        return lanes.lengths[0] if lanes.batch == 1 and not (lanes.pending or lanes.fixed) else lanes.offsets
 
     def update_and_fetch(self, keys: mx.array, values: mx.array) -> tuple[mx.array, mx.array]:
         return self._lanes.write(self._layer, keys, values)

@@ -56,6 +56,7 @@ class RoundPasses:
     speculate_ahead: bool = False  # run a draft-free round's successor ahead even if it may draft
     compiled: CompiledPass | None = None  # padded passes compiled, over lanes of fixed shapes
     fused_attention: bool = False  # masked attention as one kernel (engine.model.lane_attention: CUDA)
+    compile_alone: bool = False  # a lone stream's draft-free rounds compiled too (with fused attention)
 
     @property
     def compiled_draws(self) -> bool:
@@ -65,7 +66,8 @@ class RoundPasses:
 
     def lanes(self, kinds: Sequence[LayerKind]) -> LaneCache:
         """Empty lanes for these passes (of fixed shapes where the padded pass is compiled)."""
-        return LaneCache(list(kinds), fixed=self.compiled is not None, fused=self.fused_attention)
+        return LaneCache(list(kinds), fixed=self.compiled is not None, fused=self.fused_attention,
+                         fixed_alone=self.compile_alone)
 
     def prefill(self, model: nn.Module, tokens: Sequence[int], caches: Sequence[Any]) -> None:
         """Append ``tokens`` to one stream's ``caches``: the transformer body only (prefill needs
@@ -99,13 +101,15 @@ def llama_cpu(model: nn.Module) -> RoundPasses:
 
 def accelerator(model: nn.Module, kinds: Sequence[LayerKind]) -> RoundPasses:
     """An accelerator's passes: run ahead, and compiled unless a layer is recurrent (its state is
-    Python's: ``engine.passes.compiled``); on CUDA, masked attention as one kernel."""
+    Python's: ``engine.passes.compiled``); on CUDA, masked attention as one kernel, and then a lone
+    stream's rounds compiled too (its masked graph no longer has more kernels than mlx-lm's)."""
     fused = lane_attention.available()
     if fused:
         lane_attention.install()
     if any(k.recurrent for k in kinds):
         return replace(ACCELERATOR, fused_attention=fused)
-    return RoundPasses("compiled-ahead", speculate_ahead=True, compiled=CompiledPass(model), fused_attention=fused)
+    return RoundPasses("compiled-ahead", speculate_ahead=True, compiled=CompiledPass(model), fused_attention=fused,
+                       compile_alone=fused)
 
 
 def choose(model: nn.Module, device: str, kinds: Sequence[LayerKind]) -> RoundPasses:

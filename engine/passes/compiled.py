@@ -20,8 +20,10 @@ width 1. The first such round traces the model; the next one, at [301, 294, 287,
 the same graph with the new lengths as its input, and so on until a stream reaches 511 and the
 buffers grow to 768, which traces once more.
 
-A lone stream is not compiled: its uncompiled graph (a number offset, no mask, its own keys, as
-in mlx-lm's cache) has fewer kernels than the masked one, and ran faster on an H200.
+A lone stream is compiled only where its attention is one kernel masked or not (CUDA's lanes
+attention, ``engine.model.lane_attention``; ``RoundPasses.compile_alone``): elsewhere its uncompiled
+graph (a number offset, no mask, its own keys, as in mlx-lm's cache) has fewer kernels than the
+masked one, and ran faster on an H200.
 Recurrent layers keep Python state (``StateView``) and are not compiled. A model whose layers cannot
 be traced (one that reads an array's value in its forward pass) runs uncompiled from its first
 failed trace on, with a warning in the log.
@@ -52,7 +54,7 @@ class CompiledPass:
         self._compiled = {fused: mx.compile(self._traced) for fused in (False, True)}
 
     def __call__(self, lanes: LaneCache, tokens: mx.array) -> mx.array:
-        if not lanes.fixed or self.failed:  # a lone stream or a drafting round (module docstring)
+        if not lanes.fixed or self.failed:  # a drafting round, or a lone stream (module docstring)
             return self.model(tokens, cache=lanes.views)
         assert not lanes.recurrent
         self._lanes = lanes
