@@ -28,6 +28,8 @@
 # and each quantized projection's kernel by rows, into OUT/widths.txt),
 # graphs (MLX's CUDA graphs, its default, against MLX_USE_CUDA_GRAPHS=0 in processes alternated on, off, off,
 # on: `pass_widths.py` at 1 and 4 streams into OUT/graphs.txt and copy-heavy at one stream, gpu-graphs<0|1>-<n>-1-copy-heavy.json),
+# fused (`plain` and `on` against their cells with `fused_attention=false`, copy-heavy at 1 and 4 streams and no-copy at 4:
+# masked attention as one kernel, engine.model.lane_attention),
 # continue (`on` against `on:continue_copies=false`, copy-heavy at 1 and 4 streams and mixed at 4: a drafting
 # round's successor run ahead with the copies' continuations, engine.rounds.run_ahead), starts (`on` against
 # `on:start_copies=false`, copy-heavy at 8 and 1 streams and mixed at 4: copies started in rounds run ahead), tiny (tiny random models of each cache kind through copy-heavy:
