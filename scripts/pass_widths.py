@@ -13,7 +13,8 @@ line times the same pass queued as a round run ahead after a drafting one is (it
 device, so every key is attended under a mask, a lone stream's too).
 
 ``--unfused`` adds each pass with masked attention on MLX's own ops (``unfused`` lines) where the
-passes run it as one kernel (``engine.model.lane_attention``: CUDA), alternating the two.
+passes run it as one kernel (``engine.model.lane_attention``: CUDA), alternating the two; unfused, a
+lone stream's draft-free pass is uncompiled too (``RoundPasses.compile_alone``), as the engine runs it.
 
 ``--matmuls`` also times ``mx.quantized_matmul`` alone for each distinct shape of the model's
 quantized layers at those rows (streams x width): microseconds per call, 64 calls in one graph, and
@@ -141,13 +142,13 @@ def main() -> None:
         lanes = _lanes(loaded, b)
         for w in widths:
             for fused in (lanes.fused, False) if args.unfused and lanes.fused else (lanes.fused,):
-                lanes.fused = fused
+                lanes.fused, lanes.fixed_alone = fused, fused and loaded.passes.compile_alone  # as cell_passes does
                 tag = "" if fused == loaded.passes.fused_attention else " unfused"
                 for kind, pending in (("pass", False), ("pending", True)):
                     pass_times(loaded, lanes, w, 3, pending=pending)  # compiles the kernels
                     r = pass_times(loaded, lanes, w, args.steps, pending=pending)
                     print(f"{kind} {b}x{w:<3d}{tag} " + " ".join(f"{k} {v:6.2f}" for k, v in r.items()), flush=True)
-            lanes.fused = loaded.passes.fused_attention
+            lanes.fused, lanes.fixed_alone = loaded.passes.fused_attention, loaded.passes.compile_alone
     if args.matmuls:
         matmul_times(loaded.model, sorted({b * w for b in [int(s) for s in args.streams.split(",")] for w in widths}))
 

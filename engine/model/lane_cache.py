@@ -73,7 +73,7 @@ class LaneCache:
     round the graph of its own width. ``fused``: ``LayerView.fused_attention``."""
 
     def __init__(self, kinds: int | list[LayerKind], fixed: bool = False, fused: bool = False, fixed_alone: bool = False) -> None:
-        self._fixed, self._fixed_alone = fixed, fixed_alone
+        self._fixed, self.fixed_alone = fixed, fixed_alone
         self.fused = fused  # masked attention as one kernel (``LayerView.fused_attention``)
         self.kinds = [LayerKind()] * kinds if isinstance(kinds, int) else list(kinds)
         self.n_layers = n_layers = len(self.kinds)
@@ -103,7 +103,7 @@ class LaneCache:
 
     @property
     def fixed(self) -> bool:  # whether this round's shapes alone decide its graph (class docstring)
-        return self._fixed and self._width == 1 and (len(self.lengths) > 1 or self._fixed_alone)
+        return self._fixed and self._width == 1 and (len(self.lengths) > 1 or self.fixed_alone)
 
     @property
     def slots(self) -> int:
