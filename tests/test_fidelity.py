@@ -67,7 +67,7 @@ def random_allocator(rng: random.Random):
     return allocate
 
 
-@pytest.mark.parametrize("mode", ["host", "grouped", "padded", "ahead", "compiled"])
+@pytest.mark.parametrize("mode", ["host", "grouped", "padded", "ahead", "compiled", "compiled-alone"])
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_greedy_equals_mlx_lm_under_adversarial_drafts(loaded, reference, chat_prompt, monkeypatch, seed, mode) -> None:
     """Host: rounds without a prompt chunk run on numpy (engine.passes.numpy_pass), the CPU's default.
@@ -76,7 +76,9 @@ def test_greedy_equals_mlx_lm_under_adversarial_drafts(loaded, reference, chat_p
     Ahead: a GPU's passes, every draft-free round's successor run ahead and dropped when it drafts,
     and a round's successor run ahead with its copies' continuations and starts, at offsets the
     device computes (engine.rounds.run_ahead): kept whether those drafts land or not.
-    Compiled: the same, the padded passes compiled over lanes of fixed shapes, as a GPU runs them."""
+    Compiled: the same, the padded passes compiled over lanes of fixed shapes, as a GPU runs them;
+    compiled-alone: a lone stream's draft-free rounds too, run ahead or not (as CUDA runs them, there
+    with its attention as one kernel; here on MLX's masked ops)."""
     grouped = mode == "grouped"
     rng = random.Random(seed)
     monkeypatch.setattr(CostModel, "groups_pay", lambda self, b, w, k, keys=0: grouped and k is not None and 0 < k < b and w > 1)
@@ -90,7 +92,8 @@ def test_greedy_equals_mlx_lm_under_adversarial_drafts(loaded, reference, chat_p
 
     assert loaded.passes.numpy_pass is not None  # the CPU's default
     passes = {"host": loaded.passes, "grouped": replace(loaded.passes, numpy_pass=None), "padded": GENERIC,
-              "ahead": ACCELERATOR, "compiled": accelerator(loaded.model, loaded.kinds)}[mode]
+              "ahead": ACCELERATOR, "compiled": accelerator(loaded.model, loaded.kinds),
+              "compiled-alone": replace(accelerator(loaded.model, loaded.kinds), compile_alone=True)}[mode]
     events: list[Event] = []
     sched = Scheduler(replace(loaded, passes=passes), events.append)
     pending = []
@@ -111,7 +114,7 @@ def test_greedy_equals_mlx_lm_under_adversarial_drafts(loaded, reference, chat_p
     assert (sched.rounds_grouped > 0) == grouped
     assert (sched.rounds_host > 0) == (mode == "host")
     stats = [e for e in events if isinstance(e, RoundStats)]
-    if mode in ("ahead", "compiled"):
+    if mode in ("ahead", "compiled", "compiled-alone"):
         assert sched.copies_continued > 0
         # Continued drafts verified after the copy had broken (no window), and some landing anyway.
         assert any(e.draft_rows and e.source is None for e in stats)
