@@ -6,8 +6,7 @@ MLX's CUDA backend runs attention with an array mask on its unfused ops (a scale
 mask, a softmax: some six kernels a layer where its one-kernel ``sdpa_vector`` serves a query with
 no mask), and on an accelerator a round's cost is mostly its kernel launches. So every masked round
 on CUDA (several streams, a drafting round, a round queued before its lengths reached the host) paid
-about a millisecond more on the embedded model than a lone stream's unmasked step (``pass_widths.py``,
-docs/benchmarks.md). This kernel reads the lengths themselves instead of a mask: one block per
+for those launches on every layer (``pass_widths.py``'s pending lines; docs/benchmarks.md). This kernel reads the lengths themselves instead of a mask: one block per
 (head, query row, stream), 32 warps striding the stream's keys with an online softmax in float32, as
 ``sdpa_vector`` does, then combined across warps.
 
@@ -17,9 +16,9 @@ which already chooses by the cache it is given (a quantized cache's ``bits``); `
 choice to a lane cache's layer view, whose ``fused_attention`` answers with this kernel's output or
 None (then mlx-lm's call runs as it is). Any other cache goes straight to mlx-lm's function.
 
-Worked example: two streams of lengths [5, 3], a round of 2 rows each, keys attended up to 7. Stream
-0's rows see keys 0..5 and 0..6; stream 1's see 0..3 and 0..4 (positions 4 and up of its row hold
-rejected or stale rows, never read).
+Worked example: two streams of lengths [5, 3], a round of 2 rows each, keys 0..6 attended (the
+longest length plus the width). Stream 0's rows see keys 0..5 and 0..6; stream 1's see 0..3 and 0..4,
+its own two new rows written at 3 and 4; positions 5 and 6 of its row hold stale rows, never read.
 """
 
 from __future__ import annotations
