@@ -80,10 +80,6 @@ def _short_inputs() -> tuple[mx.array, mx.array, mx.array, mx.array]:
     return q, kbuf, vbuf, mx.array([2], dtype=mx.int32)
 
 
-def test_not_available_off_cuda() -> None:
-    assert lane_attention.available() == lane_attention.on_cuda()
-
-
 def test_routing_leaves_other_caches_to_mlx_lm(loaded) -> None:
     prompt = loaded.tokenizer.encode("Name three colours.")
     before = [r.token for r in stream_generate(loaded.model, loaded.tokenizer, prompt, max_tokens=8)]
