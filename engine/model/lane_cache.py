@@ -72,9 +72,9 @@ class LaneCache:
     fewer kernels (``fixed_alone``: unless its attention is one kernel either way), and a drafting
     round the graph of its own width. ``fused``: ``LayerView.fused_attention``."""
 
-    def __init__(self, kinds: int | list[LayerKind], fixed: bool = False, fused: bool = False, fixed_alone: bool = False) -> None:
-        self._fixed, self.fixed_alone = fixed, fixed_alone
-        self.fused = fused  # masked attention as one kernel (``LayerView.fused_attention``)
+    def __init__(self, kinds: int | list[LayerKind], fixed: bool = False, fused: bool = False,
+                 fixed_alone: bool = False) -> None:
+        self._fixed, self.fixed_alone, self.fused = fixed, fixed_alone, fused
         self.kinds = [LayerKind()] * kinds if isinstance(kinds, int) else list(kinds)
         self.n_layers = n_layers = len(self.kinds)
         self.keys: list[mx.array | None] = [None] * n_layers
