@@ -30,6 +30,18 @@ def test_a_row_reads_each_ratio_against_the_cells_beside_it() -> None:
     assert "| mlx-lm 100.0 | on 95.0 | - | 0.95 | - | 1/1 |" in one
 
 
+def test_ratios_pair_each_round_so_a_machine_slowing_between_rounds_moves_both_sides() -> None:
+    # The H200's lone no-copy reply (2026-12-07): on copied nothing, so both cells ran the same rounds.
+    rounds = {"mlx-lm": [175.5, 157.2, 105.2], "plain": [172.0, 169.1, 134.4], "on": [164.9, 133.6, 143.3]}
+    r = result({c: sorted(v)[1] for c, v in rounds.items()}, streams=1, equal=1)
+    for cell, speeds in rounds.items():
+        r["cells"][cell]["rounds"] = [{"tok_s": v} for v in speeds]
+    # plain / mlx-lm: 0.98, 1.08, 1.28; on / mlx-lm: 0.94, 0.85, 1.36; on / plain: 0.96, 0.79, 1.07.
+    assert "| 1.08 | 0.94 | 0.96 | 1/1 |" in row("1-no-copy", r)
+    r["cells"]["on"]["rounds"].pop()  # rounds that do not pair up: the medians' ratios
+    assert "| 1.08 | 0.91 | 0.85 | 1/1 |" in row("1-no-copy", r)
+
+
 def test_a_sampled_row_says_so_and_counts_equality_among_lanes_cells() -> None:
     r = result({"mlx-lm-batch": 400.0, "plain": 300.0, "on": 330.0}, workload="no-copy.jsonl", equal=4)
     r["cells"]["mlx-lm-batch"]["equal_streams"] = None  # mlx-lm's own draws: not compared

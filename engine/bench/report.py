@@ -4,8 +4,16 @@ One table per device (``cpu-*.json``, ``gpu-*.json`` from an H200, ``h100-*.json
 sections of their own). A row per result file: one workload at one number of streams on one model, each
 cell's median tok/s, and the ratios the issues set targets on, every one between cells measured side
 by side in that run. The baseline is ``mlx-lm-batch`` where it ran, else ``mlx-lm`` (one stream after
-another). A row of the copy-heavy workload at 4 streams where plain ran 352.6 tok/s, on 528.7 and
-mlx-lm-batch 325.7 reads ``plain / base`` 1.08, ``on / base`` 1.62 and ``on / plain`` 1.50.
+another).
+
+A ratio is paired: the median over the run's rounds of one cell's tok/s over the other's in that
+round (``lanes bench`` runs every cell once per round, one after another), so that a lent machine
+slowing down between rounds moves both sides of each ratio alike. A ratio of medians would not: on an
+H200 (2026-12-07) ``plain`` and ``on`` ran the same rounds of a lone no-copy reply (``on`` found
+nothing to copy) at 172.0 and 164.9, 169.1 and 133.6, 134.4 and 143.3 tok/s; their medians read
+0.85, the rounds' ratios 0.96, 0.79 and 1.07, median 0.96. Worked example: plain 300 and 330,
+on 450 and 420 (two rounds) read ``on / plain`` median(1.50, 1.27) = 1.39. Results without rounds
+(older files, tests) fall back to the medians' ratio.
 
 The page keeps its prose; only the text between ``BEGIN`` and ``END`` under each device's heading is
 replaced, so the page cannot drift from the files (tests/test_bench_report.py checks it).
@@ -14,6 +22,7 @@ replaced, so the page cannot drift from the files (tests/test_bench_report.py ch
 from __future__ import annotations
 
 import json
+import statistics
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +45,17 @@ def _median(result: dict[str, Any], cell: str) -> float | None:
     return None if c is None else c["median_tok_s"]
 
 
+def _paired(result: dict[str, Any], a: str | None, b: str | None) -> str:
+    """``a`` / ``b`` as the median of their rounds' ratios (module docstring), else of their medians."""
+    ca, cb = result["cells"].get(a or ""), result["cells"].get(b or "")
+    if ca is None or cb is None:
+        return "-"
+    ra, rb = [r["tok_s"] for r in ca.get("rounds", [])], [r["tok_s"] for r in cb.get("rounds", [])]
+    if not ra or len(ra) != len(rb) or min(rb) <= 0:
+        return _ratio(ca["median_tok_s"], cb["median_tok_s"])
+    return f"{statistics.median(x / y for x, y in zip(ra, rb, strict=True)):.2f}"
+
+
 def _baseline(result: dict[str, Any]) -> str | None:
     return next((c for c in ("mlx-lm-batch", "mlx-lm") if c in result["cells"]), None)
 
@@ -44,7 +64,6 @@ def row(name: str, result: dict[str, Any]) -> str:
     """One result file's row (``name``: the file's name without ``DEVICE-`` and ``.json``)."""
     base = _baseline(result)
     b = _median(result, base) if base else None
-    plain, on = _median(result, "plain"), _median(result, "on")
     lanes = [f"{cell} {c['median_tok_s']:.1f}" for cell, c in result["cells"].items() if cell != base]
     workload = Path(result.get("workload", name)).stem
     if "sampling" in result:  # token-equal then compares the Lanes cells with plain's seeded replies
@@ -55,7 +74,8 @@ def row(name: str, result: dict[str, Any]) -> str:
     return "| " + " | ".join([
         name, workload, f"{Path(result['model']).name} ({result.get('passes', '-')})", str(result["streams"]),
         "-" if base is None or b is None else f"{base} {b:.1f}", ", ".join(lanes),
-        _ratio(plain, b), _ratio(on, b), _ratio(on, plain), f"{equal}/{result['streams']}",
+        _paired(result, "plain", base), _paired(result, "on", base), _paired(result, "on", "plain"),
+        f"{equal}/{result['streams']}",
         result.get("measured", "-"),
     ]) + " |"
 
