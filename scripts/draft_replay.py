@@ -2,7 +2,7 @@
 through a stream's proposer, copy rates and allocator, with no forward pass (the tokens are known),
 so a policy question costs no device time.
 
-    .venv/bin/python scripts/draft_replay.py docs/bench/gpu-1-copy-heavy.json [--stream ID] [--ahead]
+    .venv/bin/python scripts/draft_replay.py docs/bench/gpu-alone-1-copy-heavy.json [--stream ID] [--ahead]
         [--kept-ms MS] [--probes wait|drop|after-copy] [--together]
         [--round-ms ahead=A,sync=S,draft=D,dropped=P] [--cell on:doubt_prior=0.6]
 

@@ -178,24 +178,24 @@ def test_draft_replay_copies_a_reply_that_repeats_its_prompt(loaded) -> None:
 
 def test_draft_replay_reads_a_bench_result() -> None:
     root = Path(__file__).parent.parent
-    done = subprocess.run([sys.executable, "scripts/draft_replay.py", "docs/bench/gpu-1-copy-heavy.json", "--ahead"],
+    done = subprocess.run([sys.executable, "scripts/draft_replay.py", "docs/bench/gpu-alone-1-copy-heavy.json", "--ahead"],
                           cwd=root, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.startswith("rename-variable: 256 tokens in ") and "copied" in done.stdout
-    timed = subprocess.run([sys.executable, "scripts/draft_replay.py", "docs/bench/gpu-1-copy-heavy.json", "--ahead",
+    timed = subprocess.run([sys.executable, "scripts/draft_replay.py", "docs/bench/gpu-alone-1-copy-heavy.json", "--ahead",
                             "--round-ms", "ahead=5,sync=14,draft=10,dropped=12"], cwd=root, capture_output=True,
                            text=True, timeout=300)
     assert timed.returncode == 0 and "  rounds: ahead " in timed.stdout and timed.stdout.endswith(" ms\n"), timed.stderr[-2000:]
-    together = subprocess.run([sys.executable, "scripts/draft_replay.py", "docs/bench/gpu-copy-heavy.json", "--ahead",
+    together = subprocess.run([sys.executable, "scripts/draft_replay.py", "docs/bench/gpu-fused-copy-heavy.json", "--ahead",
                                "--together"], cwd=root, capture_output=True, text=True, timeout=300)
     assert together.returncode == 0 and together.stdout.count(" tokens in ") == 4, together.stderr[-2000:]
     assert together.stdout.count("shared rounds: ") == 1
     for bad in (["--round-ms", "ahead=5,sync=14,draft=10,dropped=12"], ["--ahead", "--round-ms", "ahead=5"]):
-        refused = subprocess.run([sys.executable, "scripts/draft_replay.py", "docs/bench/gpu-1-copy-heavy.json", *bad],
+        refused = subprocess.run([sys.executable, "scripts/draft_replay.py", "docs/bench/gpu-alone-1-copy-heavy.json", *bad],
                                  cwd=root, capture_output=True, text=True, timeout=300)
         assert refused.returncode == 2 and "--round-ms" in refused.stderr
     for cell, why in (("plain", "drafting cell"), ("on:start_copies=false", "engine settings"), ("on:bogus=1", "bogus")):
-        refused = subprocess.run([sys.executable, "scripts/draft_replay.py", "docs/bench/gpu-1-copy-heavy.json",
+        refused = subprocess.run([sys.executable, "scripts/draft_replay.py", "docs/bench/gpu-alone-1-copy-heavy.json",
                                   "--cell", cell], cwd=root, capture_output=True, text=True, timeout=300)
         assert refused.returncode == 2 and why in refused.stderr, refused.stderr[-500:]
 
