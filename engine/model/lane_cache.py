@@ -68,9 +68,10 @@ class LaneCache:
 
     ``kinds``: one ``LayerKind`` per cached layer (``engine.model.cache_kinds``), or a layer count for a
     model of plain attention layers only. ``fixed``: a draft-free round (one row per stream) of
-    several streams has a graph that depends on its shapes alone (``place``), as a compiled pass
-    needs (``engine.passes.compiled``); a lone stream keeps mlx-lm's own cache's graph, which has
-    fewer kernels, and a drafting round the graph of its own width."""
+    several streams, and a round queued before its offsets reach the host (``begin_pending``), has
+    a graph that depends on its shapes alone (``place``), as a compiled pass needs
+    (``engine.passes.compiled``); a lone stream's draft-free round keeps mlx-lm's own cache's
+    graph, which has fewer kernels, and a drafting round the graph of its own width."""
 
     def __init__(self, kinds: int | list[LayerKind], fixed: bool = False) -> None:
         self._fixed = fixed
@@ -103,7 +104,7 @@ class LaneCache:
     @property
     def fixed(self) -> bool:
         """Whether this round's shapes alone decide its graph (see the class docstring)."""
-        return self._fixed and self._width == 1 and len(self.lengths) > 1
+        return self._fixed and (self._pending is not None or (self._width == 1 and len(self.lengths) > 1))
 
     @property
     def slots(self) -> int:
@@ -150,9 +151,15 @@ class LaneCache:
     def begin_pending(self, width: int, offsets: mx.array, most: int) -> None:
         """Prepare a pass queued before the previous round's verification reaches the host: each
         stream's ``width`` rows start at ``offsets`` (an array still being computed), at most ``most``;
-        every key up to ``most + width`` is attended under the mask, a lone stream's too."""
+        every key up to ``most + width`` is attended under the mask, a lone stream's too. On
+        ``fixed`` lanes every key of the capacity is, so that the graph depends on the width alone."""
         self._reserve_to(most + width, width)
         self._pending = most + width
+        if self._fixed:
+            self._real = [width] * self.batch
+            self._kept = list(self._real)
+            self.place(offsets)
+            return
         query = mx.arange(width, dtype=mx.int32)[None, None, :, None]
         keypos = mx.arange(self._pending, dtype=mx.int32)[None, None, None, :]
         self._offsets, self._mask = offsets, keypos <= offsets[:, None, None, None] + query
