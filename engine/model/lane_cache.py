@@ -141,9 +141,9 @@ class LaneCache:
                 self.state_lengths = mx.array(self._real, dtype=mx.int32)
 
     def place(self, offsets: mx.array) -> None:
-        """With ``fixed`` shapes: this round's rows start at ``offsets`` (each stream's length, an
-        array, which a compiled pass takes as an input); every stream attends the whole capacity,
-        masked, and writes by one scatter, so no Python number of the lengths enters the graph.
+        """This round's rows start at ``offsets`` (an array: a compiled pass's input, or a pending
+        round's); with ``fixed`` shapes every stream attends the whole capacity, masked, and writes
+        by one scatter, so no Python number of the lengths enters the graph.
         The mask is made when a layer first asks for it: inside the compiled pass, from its input."""
         self._offsets, self._mask = offsets, None
         self._masks, self._scatter = {}, {}
@@ -155,14 +155,7 @@ class LaneCache:
         ``fixed`` lanes every key of the capacity is, so that the graph depends on the width alone."""
         self._reserve_to(most + width, width)
         self._pending = most + width
-        if self._fixed:
-            self._real = [width] * self.batch
-            self._kept = list(self._real)
-            self.place(offsets)
-            return
-        query = mx.arange(width, dtype=mx.int32)[None, None, :, None]
-        keypos = mx.arange(self._pending, dtype=mx.int32)[None, None, None, :]
-        self._offsets, self._mask = offsets, keypos <= offsets[:, None, None, None] + query
+        self.place(offsets)  # the mask is made when a layer first asks for it
         self._real = [width] * self.batch
         self._kept = list(self._real)
 
@@ -267,9 +260,9 @@ class LaneCache:
         """The round's attention mask ``[batch, 1, width, keys]``; with ``window``, keys more than
         ``window - 1`` positions before a query are hidden too (a sliding-window layer)."""
         assert self._offsets is not None and n == self._width, "mask asked for another width"
-        if self._mask is None:  # fixed shapes (``place``): every key of the capacity, up to each row's own
+        if self._mask is None:  # ``place``: every key of the capacity (or up to a pending round's end), to each row's own
             query = mx.arange(n, dtype=mx.int32)[None, None, :, None]
-            keypos = mx.arange(self.capacity, dtype=mx.int32)[None, None, None, :]
+            keypos = mx.arange(self.capacity if self.fixed else self._pending, dtype=mx.int32)[None, None, None, :]
             self._mask = keypos <= self._offsets[:, None, None, None] + query
         if window is None:
             return self._mask
