@@ -3,6 +3,7 @@ lengths, and bit for bit the uncompiled pass over the same fixed-shape lanes."""
 
 from __future__ import annotations
 
+import doctest
 from dataclasses import replace
 
 import mlx.core as mx
@@ -12,7 +13,8 @@ from mlx_lm.models.cache import KVCache
 from engine.bench.cell_specs import parse_cell
 from engine.bench.runner import cell_passes
 from engine.model.lane_cache import LaneCache
-from engine.passes.choice import GENERIC, accelerator
+from engine.passes import choice
+from engine.passes.choice import GENERIC, accelerator, padded_width
 from engine.passes.compiled import CompiledPass
 
 pytestmark = pytest.mark.model
@@ -77,6 +79,58 @@ def test_replayed_rounds_equal_the_uncompiled_pass(loaded, monkeypatch, leave_at
     assert any(cap > 256 for _, _, cap in shapes)
     drafting = sum(1 for w in WIDTHS if w > 1)
     assert traced - drafting == len(shapes) < len(WIDTHS) - drafting
+
+
+def _pending_rounds(lanes: LaneCache, run, widths: tuple[int, ...]) -> tuple[list[mx.array], set]:
+    """Rounds queued before their offsets reach the host (``begin_pending``, as
+    ``run_ahead.continue_copies`` queues them), each stream keeping its own number of rows. Returns
+    each round's logits and the shapes (batch, width, capacity) it ran at."""
+    out, shapes = [], set()
+    tokens = mx.array([[11 + r] for r in range(lanes.batch)], dtype=mx.int32)
+    for i, width in enumerate(widths):
+        offsets = mx.array(lanes.lengths, dtype=mx.int32)
+        lanes.begin_pending(width, offsets, max(lanes.lengths))
+        assert lanes.fixed
+        shapes.add((lanes.batch, width, lanes.capacity))
+        logits = run(lanes, mx.concatenate([tokens] * width, axis=1))
+        mx.eval(logits, lanes.keys, lanes.values)
+        out.append(logits)
+        lanes.end_round()
+        for row in range(lanes.batch):
+            lanes.lengths[row] += 1 + (row + i) % width
+        tokens = mx.argmax(logits[:, :1], axis=-1).astype(mx.int32)
+    return out, shapes
+
+
+@pytest.mark.parametrize("streams", [3, 1])
+def test_rounds_queued_with_continuations_run_compiled(loaded, monkeypatch, streams: int) -> None:
+    """A round queued ahead with copies' continuations (its offsets still on the device) runs
+    compiled on fixed lanes, a lone stream's too: its logits equal the uncompiled pass's over the
+    same lanes, and each (batch, width, capacity) is traced once (the widths a multiple of
+    ``CONTINUED_STEP``, as ``RoundPasses.continued_width`` pads them), the buffers growing on the way."""
+    assert doctest.testmod(choice).failed == 0
+    widths = tuple(padded_width(w) for w in (5, 9, 3, 16, 2, 12, 7))
+    assert set(widths) == {8, 16}
+    calls = []
+    model_call = type(loaded.model).__call__
+    monkeypatch.setattr(type(loaded.model), "__call__", lambda self, *a, **k: calls.append(1) or model_call(self, *a, **k))
+
+    def fresh() -> LaneCache:
+        lanes = _lanes(loaded, fixed=True)
+        for row in reversed(range(streams, lanes.batch)):
+            lanes.remove(row)
+        return lanes
+
+    compiled = CompiledPass(loaded.model)
+    lanes = fresh()
+    calls.clear()
+    got, shapes = _pending_rounds(lanes, compiled, widths)
+    traced = len(calls)
+    want, _ = _pending_rounds(fresh(), lambda lanes, rows: loaded.model(rows, cache=lanes.views), widths)
+    for i, (g, w) in enumerate(zip(got, want, strict=True)):
+        assert mx.array_equal(g, w).item(), f"round {i} differs from the uncompiled pass"
+    assert any(cap > 256 for _, _, cap in shapes)
+    assert traced == len(shapes) < len(widths)
 
 
 def test_a_lone_stream_runs_uncompiled_as_mlx_lm_s_cache(loaded) -> None:

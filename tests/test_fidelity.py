@@ -19,7 +19,8 @@ from engine.drafts.context_cost import NO_CONTEXT_COST, ContextCost
 from engine.drafts.copy_index import Window
 from engine.drafts.cost_model import CostModel
 from engine.events import Event, Finished, Request, RoundStats
-from engine.passes.choice import ACCELERATOR, GENERIC, accelerator
+from engine.passes.choice import ACCELERATOR, CONTINUED_STEP, GENERIC, accelerator
+from engine.passes.compiled import CompiledPass
 from engine.rounds.scheduler import Scheduler
 from engine.rounds.stream import Stream
 from tests import prompts
@@ -94,6 +95,14 @@ def test_greedy_equals_mlx_lm_under_adversarial_drafts(loaded, reference, chat_p
     passes = {"host": loaded.passes, "grouped": replace(loaded.passes, numpy_pass=None), "padded": GENERIC,
               "ahead": ACCELERATOR, "compiled": accelerator(loaded.model, loaded.kinds),
               "compiled-alone": replace(accelerator(loaded.model, loaded.kinds), compile_alone=True)}[mode]
+    compiled_calls: list[tuple[bool, bool, int]] = []  # (queued ahead, fixed lanes, width) of each compiled pass
+    compiled_call = CompiledPass.__call__
+
+    def spying(self, lanes, tokens):
+        compiled_calls.append((lanes.pending, lanes.fixed, tokens.shape[1]))
+        return compiled_call(self, lanes, tokens)
+
+    monkeypatch.setattr(CompiledPass, "__call__", spying)
     events: list[Event] = []
     sched = Scheduler(replace(loaded, passes=passes), events.append)
     pending = []
@@ -114,6 +123,9 @@ def test_greedy_equals_mlx_lm_under_adversarial_drafts(loaded, reference, chat_p
     assert (sched.rounds_grouped > 0) == grouped
     assert (sched.rounds_host > 0) == (mode == "host")
     stats = [e for e in events if isinstance(e, RoundStats)]
+    if mode in ("compiled", "compiled-alone"):  # rounds queued with continuations ran compiled, a multiple of CONTINUED_STEP wide
+        queued = [width for ahead, fixed, width in compiled_calls if ahead]
+        assert queued and all(fixed and width % CONTINUED_STEP == 0 for ahead, fixed, width in compiled_calls if ahead)
     if mode in ("ahead", "compiled", "compiled-alone"):
         assert sched.copies_continued > 0
         # Continued drafts verified after the copy had broken (no window), and some landing anyway.

@@ -67,10 +67,11 @@ class LaneCache:
 
     ``kinds``: one ``LayerKind`` per cached layer (``engine.model.cache_kinds``), or a layer count for a
     model of plain attention layers only. ``fixed``: a draft-free round (one row per stream) of
-    several streams has a graph that depends on its shapes alone (``place``), as a compiled pass
-    needs (``engine.passes.compiled``); a lone stream keeps mlx-lm's own cache's graph, which has
-    fewer kernels (``fixed_alone``: unless its attention is one kernel either way), and a drafting
-    round the graph of its own width. ``fused``: ``LayerView.fused_attention``."""
+    several streams, and a round queued before its offsets reach the host (``begin_pending``), has
+    a graph that depends on its shapes alone (``place``), as a compiled pass needs
+    (``engine.passes.compiled``); a lone stream's draft-free round keeps mlx-lm's own cache's graph,
+    which has fewer kernels (``fixed_alone``: unless its attention is one kernel either way), and a
+    drafting round the graph of its own width. ``fused``: ``LayerView.fused_attention``."""
 
     def __init__(self, kinds: int | list[LayerKind], fixed: bool = False, fused: bool = False,
                  fixed_alone: bool = False) -> None:
@@ -103,7 +104,7 @@ class LaneCache:
 
     @property
     def fixed(self) -> bool:  # whether this round's shapes alone decide its graph (class docstring)
-        return self._fixed and self._width == 1 and (len(self.lengths) > 1 or self.fixed_alone)
+        return self._fixed and (self._pending is not None or (self._width == 1 and (len(self.lengths) > 1 or self.fixed_alone)))
 
     @property
     def slots(self) -> int:
@@ -140,9 +141,9 @@ class LaneCache:
                 self.state_lengths = mx.array(self._real, dtype=mx.int32)
 
     def place(self, offsets: mx.array) -> None:
-        """With ``fixed`` shapes: this round's rows start at ``offsets`` (each stream's length, an
-        array, which a compiled pass takes as an input); every stream attends the whole capacity,
-        masked, and writes by one scatter, so no Python number of the lengths enters the graph.
+        """This round's rows start at ``offsets`` (an array: a compiled pass's input, or a pending
+        round's); with ``fixed`` shapes every stream attends the whole capacity, masked, and writes
+        by one scatter, so no Python number of the lengths enters the graph.
         The mask is made when a layer first asks for it: inside the compiled pass, from its input."""
         self._offsets, self._mask = offsets, None
         self._masks, self._scatter = {}, {}
@@ -150,12 +151,11 @@ class LaneCache:
     def begin_pending(self, width: int, offsets: mx.array, most: int) -> None:
         """Prepare a pass queued before the previous round's verification reaches the host: each
         stream's ``width`` rows start at ``offsets`` (an array still being computed), at most ``most``;
-        every key up to ``most + width`` is attended under the mask, a lone stream's too."""
+        every key up to ``most + width`` is attended under the mask, a lone stream's too. On
+        ``fixed`` lanes every key of the capacity is, so that the graph depends on the width alone."""
         self._reserve_to(most + width, width)
         self._pending = most + width
-        query = mx.arange(width, dtype=mx.int32)[None, None, :, None]
-        keypos = mx.arange(self._pending, dtype=mx.int32)[None, None, None, :]
-        self._offsets, self._mask = offsets, keypos <= offsets[:, None, None, None] + query
+        self.place(offsets)  # the mask is made when a layer first asks for it
         self._real = [width] * self.batch
         self._kept = list(self._real)
 
@@ -260,9 +260,9 @@ class LaneCache:
         """The round's attention mask ``[batch, 1, width, keys]``; with ``window``, keys more than
         ``window - 1`` positions before a query are hidden too (a sliding-window layer)."""
         assert self._offsets is not None and n == self._width, "mask asked for another width"
-        if self._mask is None:  # fixed shapes (``place``): every key of the capacity, up to each row's own
+        if self._mask is None:  # ``place``: every key of the capacity (or up to a pending round's end), to each row's own
             query = mx.arange(n, dtype=mx.int32)[None, None, :, None]
-            keypos = mx.arange(self.capacity, dtype=mx.int32)[None, None, None, :]
+            keypos = mx.arange(self.capacity if self.fixed else self._pending, dtype=mx.int32)[None, None, None, :]
             self._mask = keypos <= self._offsets[:, None, None, None] + query
         if window is None:
             return self._mask

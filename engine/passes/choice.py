@@ -19,8 +19,9 @@ whether it will draft (``speculate_ahead``; ``engine.rounds.run_ahead``): the de
 the host verifies, and the allocator prices dropping that pass against keeping it. On the CPU the
 dropped pass would be compute taken from the next one, so the CPU runs ahead only when no stream can
 draft next round. On an accelerator the model's graph is also compiled for draft-free rounds of
-several streams (``engine.passes.compiled``), unless a layer is recurrent. On CUDA a round's masked
-attention runs as one kernel reading each stream's length (``engine.model.lane_attention``).
+several streams and for rounds queued with copies' continuations (``engine.passes.compiled``),
+unless a layer is recurrent. On CUDA a round's masked attention runs as one kernel reading each
+stream's length (``engine.model.lane_attention``).
 
 Nothing else chooses: the scheduler reads ``LoadedModel.passes``; a test or a benchmark that wants
 another choice loads the model with it (``dataclasses.replace(loaded, passes=GENERIC)``).
@@ -43,6 +44,8 @@ from engine.passes.grouped import ROW_MULTIPLE, Chunk, supports_grouped
 from engine.passes.grouped import prefill as grouped_prefill
 from engine.passes.numpy_pass import HostPass, supports_host
 from engine.passes.padded import padded_logits, supports_padded
+
+CONTINUED_STEP = 8  # compiled continued rounds are a multiple of this many rows wide
 
 
 @dataclass(frozen=True)
@@ -69,6 +72,12 @@ class RoundPasses:
         return LaneCache(list(kinds), fixed=self.compiled is not None, fused=self.fused_attention,
                          fixed_alone=self.compile_alone)
 
+    def continued_width(self, width: int) -> int:
+        """The width of a round queued with copies' continuations (``engine.rounds.run_ahead``): where
+        it runs compiled, ``width`` rounded up to a multiple of ``CONTINUED_STEP``, so that few
+        widths are traced (each width at each capacity is one trace); the padding rows are never read."""
+        return width if self.compiled is None else padded_width(width)
+
     def prefill(self, model: nn.Module, tokens: Sequence[int], caches: Sequence[Any]) -> None:
         """Append ``tokens`` to one stream's ``caches``: the transformer body only (prefill needs
         keys, values and states, not logits; the vocabulary projection is a fifth of the embedded
@@ -87,6 +96,15 @@ class RoundPasses:
         if self.rope_table:
             return padded_logits(model, lanes, tokens)
         return model(tokens, cache=lanes.views)
+
+
+def padded_width(width: int, step: int = CONTINUED_STEP) -> int:
+    """``width`` rounded up to a multiple of ``step``.
+
+    >>> padded_width(2), padded_width(8), padded_width(13), padded_width(33)
+    (8, 8, 16, 40)
+    """
+    return -(-width // step) * step
 
 
 GENERIC = RoundPasses("generic")

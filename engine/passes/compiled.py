@@ -9,21 +9,24 @@ element-wise operations on the way.
 A replay sees only its inputs, so nothing that changes between rounds of one shape may reach the
 graph as a Python number: the lanes run with ``fixed`` shapes (``LaneCache.place``), where each
 stream's length is an input array, every stream attends the whole capacity under a mask and
-writes its keys by one scatter. Only draft-free rounds (one row per stream) are compiled: they are
+writes its keys by one scatter. Draft-free rounds (one row per stream) are compiled: they are
 most rounds and the ones run ahead, and their shapes are few (the batch and the capacity, which
-grows 256 positions at a time), so a trace is rare; a drafting round's width changes from round to
-round, and tracing each new one would cost more than it saves (padding widths to powers of two,
-so that traces stay few, was tried and lost: docs/engine.md, item 8).
+grows 256 positions at a time), so a trace is rare. So are rounds queued ahead with copies'
+continuations (``engine.rounds.run_ahead``), most of a copy-heavy reply's rounds, their width
+padded to a multiple of 8 rows (``RoundPasses.continued_width``). A drafting round the allocator
+plans is not: its width changes from round to round, and tracing each new one would cost more
+than it saves (padding those widths to powers of two was tried and lost: docs/engine.md, item 8).
 
 Example: 4 streams of lengths [300, 293, 286, 279] in buffers of capacity 512 run a round of
 width 1. The first such round traces the model; the next one, at [301, 294, 287, 280], replays
 the same graph with the new lengths as its input, and so on until a stream reaches 511 and the
 buffers grow to 768, which traces once more.
 
-A lone stream is compiled only where its attention is one kernel masked or not (CUDA's lanes
-attention, ``engine.model.lane_attention``; ``RoundPasses.compile_alone``): elsewhere its uncompiled
-graph (a number offset, no mask, its own keys, as in mlx-lm's cache) has fewer kernels than the
-masked one, and ran faster on an H200.
+A lone stream's draft-free round is compiled only where its attention is one kernel masked or not
+(CUDA's lanes attention, ``engine.model.lane_attention``; ``RoundPasses.compile_alone``): elsewhere
+its uncompiled graph (a number offset, no mask, its own keys, as in mlx-lm's cache) has fewer
+kernels than the masked one, and ran faster on an H200. Its continued rounds are masked anyway
+(their offsets are on the device), so they are compiled.
 Recurrent layers keep Python state (``StateView``) and are not compiled. A model whose layers cannot
 be traced (one that reads an array's value in its forward pass) runs uncompiled from its first
 failed trace on, with a warning in the log.
@@ -54,7 +57,7 @@ class CompiledPass:
         self._compiled = {fused: mx.compile(self._traced) for fused in (False, True)}
 
     def __call__(self, lanes: LaneCache, tokens: mx.array) -> mx.array:
-        if not lanes.fixed or self.failed:  # a drafting round, or a lone stream (module docstring)
+        if not lanes.fixed or self.failed:  # a planned drafting round, or a lone stream (module docstring)
             return self.model(tokens, cache=lanes.views)
         assert not lanes.recurrent
         self._lanes = lanes

@@ -201,9 +201,9 @@ def continue_copies(sched: Scheduler, r: Round, choices: mx.array) -> None:
     # draw's chance alone, so a long continuation rarely lands whole, and on an H100 sampled
     # copy-heavy at 4 streams ran faster without (docs/benchmarks.md, "Sampled streams").
     conts = starts(sched, r, [[] if s.keys is not None else c for s, c in zip(r.plan.streams, conts, strict=True)])
-    width = 1 + max(len(c) for c in conts)
-    if width == 1:
+    if not any(conts):
         return
+    width = sched.passes.continued_width(1 + max(len(c) for c in conts))
     lanes = sched.lanes
     if r.width == 1:
         landed = mx.zeros((len(r.rows),), dtype=mx.int32)
