@@ -25,11 +25,13 @@ of ``on``'s: ``off`` (the fixed rate) or family settings (``on:doubt_prior=0.6``
 ``engine/bench/cell_specs.py``).
 
 With ``--ahead`` each replayed round also gets the kind ``scripts/round_trace.py`` sorts real rounds
-into: ``ahead`` (draft-free, its pass run ahead), ``sync`` (draft-free after a drafting round, so
-not run ahead), ``draft`` and ``dropped`` (drafting, and dropping a pass run ahead). Rounds alone
-mislead on an accelerator, where the last three cost about twice the first: ``--round-ms`` takes a
-trace's median milliseconds per kind and prints the run's modelled time, so a policy can be judged
-by time before it costs device time.
+into: ``ahead`` (draft-free, its pass run ahead), ``continued`` (run ahead with a copy's
+continuation or a start: wider and masked), ``sync`` (draft-free after a drafting round, so not run
+ahead), ``draft`` and ``dropped`` (drafting, and dropping a pass run ahead). Rounds alone mislead
+on an accelerator, where the last three cost about twice the first: ``--round-ms`` takes a trace's
+median milliseconds per kind and prints the run's modelled time, so a policy can be judged by time
+before it costs device time (``continued`` priced as ``ahead`` unless given: traces before
+2026-12-07 counted those rounds as ``ahead``).
 """
 
 from __future__ import annotations
@@ -144,7 +146,7 @@ def replay(prompts: list[list[int]], references: list[list[int]], family: Family
             out.rounds += 1
             out.copied += accepted
         if ahead:
-            run.round_kinds["ahead" if continued is not None or (pending and not any(rows)) else
+            run.round_kinds["continued" if continued is not None else "ahead" if pending and not any(rows) else
                             ("dropped" if pending else "draft") if any(rows) else "sync"] += 1
         drafted = [list(w.tokens[:k]) if w is not None else [] for w, k in zip(windows, rows, strict=True)]
         tails: list[list[int]] = []
@@ -162,18 +164,25 @@ def replay(prompts: list[list[int]], references: list[list[int]], family: Family
     return run
 
 
-ROUND_KINDS = ("ahead", "sync", "draft", "dropped")
+ROUND_KINDS = ("ahead", "continued", "sync", "draft", "dropped")
 
 
 def _round_ms(text: str) -> dict[str, float]:
-    """``ahead=5.9,sync=14.3,draft=10.3,dropped=12.4`` -> milliseconds by round kind (all four)."""
+    """``ahead=5.9,sync=14.3,draft=10.3,dropped=12.4`` -> milliseconds by round kind: all four, and
+    ``continued`` (a round run ahead with draft rows), which costs what ``ahead`` does unless given.
+
+    >>> _round_ms("ahead=5,sync=14,draft=10,dropped=12")["continued"]
+    5.0
+    >>> _round_ms("ahead=5,continued=9,sync=14,draft=10,dropped=12")["continued"]
+    9.0
+    """
     try:
         out = {k.strip(): float(v) for k, v in (part.split("=") for part in text.split(","))}
     except ValueError as exc:
         raise argparse.ArgumentTypeError(f"{text!r}: want kind=ms pairs, e.g. ahead=5.9,sync=14.3,...") from exc
-    if set(out) != set(ROUND_KINDS):
-        raise argparse.ArgumentTypeError(f"{text!r}: give ms for each of {', '.join(ROUND_KINDS)}")
-    return out
+    if set(out) - {"continued"} != set(ROUND_KINDS) - {"continued"} or set(out) - set(ROUND_KINDS):
+        raise argparse.ArgumentTypeError(f"{text!r}: give ms for each of {', '.join(ROUND_KINDS)} (continued may go)")
+    return {"continued": out["ahead"], **out}
 
 
 def _cell(text: str) -> Cell:

@@ -5,10 +5,12 @@ timed whole and sorted by what kind of round it ran.
         [--streams N] [--temperature T --top-p P]
         [--accelerator] [--costs TRACE_JSON] [--json OUT]
 
-Kinds: ``ahead`` (a draft-free round whose pass ran ahead: the pipeline's steady state), ``sync`` (a
-draft-free round computed when it came, e.g. the round after one that drafted), ``draft`` (a round
-with draft rows), ``dropped`` (a draft round that first waited for a pass run ahead and thrown
-away), ``waited`` (a draft-free round that did), ``joining`` (a step that also prefilled a prompt).
+Kinds: ``ahead`` (a draft-free round whose pass ran ahead: the pipeline's steady state),
+``continued`` (a round whose pass ran ahead with draft rows: copies' continuations or starts,
+``engine.rounds.run_ahead``; wider, and masked), ``sync`` (a draft-free round computed when it
+came, e.g. the round after one that drafted), ``draft`` (a round with draft rows), ``dropped`` (a
+draft round that first waited for a pass run ahead and thrown away), ``waited`` (a draft-free round
+that did), ``joining`` (a step that also prefilled a prompt).
 For each cell it prints tok/s per repeat, and per kind the rounds per run and their median
 milliseconds; with several cells, each cell's ratio to the first per repeat (cells alternate, after
 one unmeasured run of each: the first run of a shape compiles its kernels on a GPU). The JSON
@@ -148,14 +150,23 @@ def _step(self: Any) -> None:
         TRACE.rounds.append(TRACE.current)
 
 
-KINDS = ("ahead", "sync", "draft", "dropped", "waited", "joining")
+KINDS = ("ahead", "continued", "sync", "draft", "dropped", "waited", "joining")
 
 
 def category(r: dict[str, Any]) -> str:
+    """A traced round's kind (module docstring).
+
+    >>> category({"joining": False, "kind": "ahead", "width": 1, "waited": False})
+    'ahead'
+    >>> category({"joining": False, "kind": "ahead", "width": 9, "waited": False})
+    'continued'
+    >>> category({"joining": False, "kind": "padded", "width": 9, "waited": True})
+    'dropped'
+    """
     if r["joining"]:
         return "joining"
     if r["kind"] == "ahead":
-        return "ahead"
+        return "continued" if r["width"] > 1 else "ahead"
     if r["width"] > 1:
         return "dropped" if r["waited"] else "draft"
     return "waited" if r["waited"] else "sync"

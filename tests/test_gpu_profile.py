@@ -91,7 +91,7 @@ def test_round_trace_sorts_a_workloads_rounds_by_kind(tmp_path: Path) -> None:
     runs = json.loads(out.read_text())["runs"]
     for cell in ("plain", "on"):
         (run,) = runs[cell]
-        kinds = ("ahead", "sync", "draft", "dropped", "waited", "joining")
+        kinds = ("ahead", "continued", "sync", "draft", "dropped", "waited", "joining")
         assert sum(run[k]["n"] for k in kinds) == run["rounds"] > 0
     assert runs["plain"][0]["drafting"]["rounds"] == 0
     assert runs["on"][0]["drafting"]["accepted"] > 0
@@ -165,7 +165,7 @@ def test_draft_replay_copies_a_reply_that_repeats_its_prompt(loaded) -> None:
         assert sum(run.round_kinds.values()) == (r.rounds if ahead else 0)
         if ahead:
             assert run.round_kinds["draft"] + run.round_kinds["dropped"] >= 1 and run.round_kinds["sync"] >= 1
-            ms = {"ahead": 1.0, "sync": 10.0, "draft": 100.0, "dropped": 1000.0}
+            ms = {"ahead": 1.0, "continued": 3.0, "sync": 10.0, "draft": 100.0, "dropped": 1000.0}
             assert run.seconds(ms) == pytest.approx(sum(n * ms[k] for k, n in run.round_kinds.items()) / 1e3)
     # Beside a stream that never copies, the same reply in shared rounds: each stream's own tokens, and
     # the run's rounds those of the longer reply (a round drafts when either stream does).
@@ -177,6 +177,9 @@ def test_draft_replay_copies_a_reply_that_repeats_its_prompt(loaded) -> None:
 
 
 def test_draft_replay_reads_a_bench_result() -> None:
+    import doctest
+
+    assert doctest.testmod(_load("draft_replay")).failed == 0  # --round-ms' kinds
     root = Path(__file__).parent.parent
     done = subprocess.run([sys.executable, "scripts/draft_replay.py", "docs/bench/gpu-alone-1-copy-heavy.json", "--ahead"],
                           cwd=root, capture_output=True, text=True, timeout=300)
@@ -186,6 +189,7 @@ def test_draft_replay_reads_a_bench_result() -> None:
                             "--round-ms", "ahead=5,sync=14,draft=10,dropped=12"], cwd=root, capture_output=True,
                            text=True, timeout=300)
     assert timed.returncode == 0 and "  rounds: ahead " in timed.stdout and timed.stdout.endswith(" ms\n"), timed.stderr[-2000:]
+    assert ", continued " in timed.stdout  # rounds run ahead with copies' continuations, a kind of their own
     together = subprocess.run([sys.executable, "scripts/draft_replay.py", "docs/bench/gpu-fused-copy-heavy.json", "--ahead",
                                "--together"], cwd=root, capture_output=True, text=True, timeout=300)
     assert together.returncode == 0 and together.stdout.count(" tokens in ") == 4, together.stderr[-2000:]
