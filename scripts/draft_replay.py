@@ -180,7 +180,7 @@ def _round_ms(text: str) -> dict[str, float]:
         out = {k.strip(): float(v) for k, v in (part.split("=") for part in text.split(","))}
     except ValueError as exc:
         raise argparse.ArgumentTypeError(f"{text!r}: want kind=ms pairs, e.g. ahead=5.9,sync=14.3,...") from exc
-    if set(out) - {"continued"} != set(ROUND_KINDS) - {"continued"} or set(out) - set(ROUND_KINDS):
+    if not set(ROUND_KINDS) - {"continued"} <= set(out) <= set(ROUND_KINDS):
         raise argparse.ArgumentTypeError(f"{text!r}: give ms for each of {', '.join(ROUND_KINDS)} (continued may go)")
     return {"continued": out["ahead"], **out}
 

@@ -109,24 +109,36 @@ def on_cuda() -> bool:
     return mx.default_device() == mx.gpu and mx.cuda.is_available()
 
 
+def float64_attention(queries: mx.array, keys: mx.array, values: mx.array, scale: float, seen: Any) -> np.ndarray:
+    """Softmax attention in float64 (numpy) where ``seen`` (boolean, broadcast to the scores) is
+    true, grouped key heads repeated: the exact answer the kernel is held to.
+
+    >>> q, k = mx.ones((1, 2, 1, 4)), mx.ones((1, 1, 3, 4))
+    >>> v = mx.arange(3, dtype=mx.float32)[None, None, :, None] * mx.ones((1, 1, 3, 4))
+    >>> float64_attention(q, k, v, 0.5, np.array([True, True, False])).tolist()
+    [[[[0.5, 0.5, 0.5, 0.5]], [[0.5, 0.5, 0.5, 0.5]]]]
+    """
+    qs, ks, vs = (np.array(a.astype(mx.float32), dtype=np.float64) for a in (queries, keys, values))
+    ks, vs = (np.repeat(a, qs.shape[1] // a.shape[1], axis=1) for a in (ks, vs))
+    scores = np.where(np.asarray(seen), qs @ ks.transpose(0, 1, 3, 2) * scale, -np.inf)
+    weights = np.exp(scores - scores.max(axis=-1, keepdims=True))
+    return weights / weights.sum(axis=-1, keepdims=True) @ vs
+
+
 @functools.cache
 def available() -> bool:
-    """``on_cuda``, and the kernel builds and answers a small case as float64 attention does (not
-    MLX's float32 one: of several rows, on CUDA, it is ~1e-3 off): a kernel that fails to build
-    (another CUDA, another MLX) must cost speed, never a reply."""
+    """``on_cuda``, and the kernel builds and answers a small case as ``float64_attention`` does
+    (not MLX's float32 attention: of several rows, on CUDA, it is ~1e-3 off; docs/engine.md): a
+    kernel that fails to build (another CUDA, another MLX) must cost speed, never a reply."""
     if not on_cuda():
         return False
     offsets = [3, 0]
     q = mx.random.normal((2, 4, 2, 64), key=mx.random.key(0))
-    k, v = (mx.random.normal((2, 2, 9, 64), key=mx.random.key(i)) for i in (1, 2))
-    qs, ks, vs = np.array(q, dtype=np.float64), *(np.repeat(np.array(a[:, :, :5], dtype=np.float64), 2, axis=1) for a in (k, v))
+    k, v = (mx.random.normal((2, 2, 9, 64), key=mx.random.key(i))[:, :, :5] for i in (1, 2))
     seen = np.arange(5)[None, None, None, :] <= np.array(offsets)[:, None, None, None] + np.arange(2)[:, None]
-    scores = np.where(seen, qs @ ks.transpose(0, 1, 3, 2) * 0.125, -np.inf)
-    weights = np.exp(scores - scores.max(axis=-1, keepdims=True))
-    want = weights / weights.sum(axis=-1, keepdims=True) @ vs
     try:
-        got = attend(q, k[:, :, :5], v[:, :, :5], mx.array(offsets, dtype=mx.int32), 0.125)
-        if np.allclose(np.array(got), want, atol=1e-4):
+        got = attend(q, k, v, mx.array(offsets, dtype=mx.int32), 0.125)
+        if np.allclose(np.array(got), float64_attention(q, k, v, 0.125, seen), atol=1e-4):
             return True
         log.warning("lanes' attention kernel disagrees with float64 attention here: masked attention stays on MLX's ops")
     except Exception as exc:  # e.g. NVRTC refusing the source
