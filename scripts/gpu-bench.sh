@@ -34,7 +34,7 @@
 # continue (`on` against `on:continue_copies=false`, copy-heavy at 1 and 4 streams and mixed at 4: a drafting
 # round's successor run ahead with the copies' continuations, engine.rounds.run_ahead), starts (`on` against
 # `on:start_copies=false`, copy-heavy at 8 and 1 streams and mixed at 4: copies started in rounds run ahead), tiny (tiny random models of each cache kind through copy-heavy:
-# token equality and near-tie margins), server (`make bench-server`'s load and agent runs: the agent
+# token equality and near-tie margins, into gpu-tiny-ARCH.json), server (`make bench-server`'s load and agent runs: the agent
 # workload through `lanes serve` and `mlx_lm.server` on the embedded model's llama folder; the
 # wheels must then hold the server's packages too: starlette, uvicorn, pydantic, openai and theirs),
 # trace (`scripts/round_trace.py`, plain against on, for each WORKLOAD:STREAMS of TRACES, REPEATS
@@ -107,7 +107,8 @@ for step in $STEPS; do
       for arch in gemma3_text nemotron_h lfm2 qwen3_next; do
         { python3 -m engine.cli make-model "$arch" "$OUT/tiny-$arch" >/dev/null &&
           python3 -m engine.cli bench --workload resources/workloads/copy-heavy.jsonl --rounds 1 --cells mlx-lm,on \
-            --max-tokens 48 --model "$OUT/tiny-$arch" 2>&1 | grep -v "^round" | tail -n 8; } || echo "(tiny $arch failed)"
+            --max-tokens 48 --model "$OUT/tiny-$arch" --json "$OUT/gpu-tiny-$arch.json" 2>&1 | grep -v "^round" | tail -n 8; } \
+          || echo "(tiny $arch failed)"
         rm -rf "$OUT/tiny-$arch"
       done ;;
     embedded)
