@@ -4,6 +4,7 @@ engine steps, ``scripts/round_trace.py`` on a workload (greedy, and sampled besi
 
 from __future__ import annotations
 
+import doctest
 import importlib.util
 import json
 import os
@@ -101,8 +102,6 @@ def test_round_trace_prices_rounds_with_a_devices_costs_held_fixed(tmp_path: Pat
     """``round_trace.py --costs``: a device's trace JSON prices every round, and its rounds change
     nothing in it, so the CPU makes that device's choices (here costs of an H100's 8-stream trace,
     written as a literal); ``device_costs``' worked example runs too."""
-    import doctest
-
     assert doctest.testmod(_load("round_trace")).failed == 0
     root = Path(__file__).parent.parent
     device = {"8x1": 16.45, "8x32": 20.25, "2x1": 18.31, "2x8": 21.42, "1x1": 8.59, "4x1": 16.95, "4x8": 19.19}
@@ -177,8 +176,6 @@ def test_draft_replay_copies_a_reply_that_repeats_its_prompt(loaded) -> None:
 
 
 def test_draft_replay_reads_a_bench_result() -> None:
-    import doctest
-
     assert doctest.testmod(_load("draft_replay")).failed == 0  # --round-ms' kinds
     root = Path(__file__).parent.parent
     done = subprocess.run([sys.executable, "scripts/draft_replay.py", "docs/bench/gpu-alone-1-copy-heavy.json", "--ahead"],

@@ -7,6 +7,8 @@ form of several query rows is ~1e-3 off on CUDA (docs/engine.md)."""
 
 from __future__ import annotations
 
+import doctest
+
 import mlx.core as mx
 import numpy as np
 import pytest
@@ -76,8 +78,6 @@ def test_lone_stream_past_its_keys_sees_only_its_own() -> None:
 def test_the_float64_reference_is_masked_attention() -> None:
     # Runs everywhere: on the CPU MLX's float32 attention is exact to float32, so the reference the
     # kernel (and available()'s probe) is held to is the lanes' masked attention, window included.
-    import doctest
-
     assert doctest.testmod(lane_attention).failed == 0
     for window in (None, 8):
         offsets, rows, keys = [5, 40, 17, 0], 17, 57
