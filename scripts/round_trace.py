@@ -11,6 +11,10 @@ Kinds: ``ahead`` (a draft-free round whose pass ran ahead: the pipeline's steady
 came, e.g. the round after one that drafted), ``draft`` (a round with draft rows), ``dropped`` (a
 draft round that first waited for a pass run ahead and thrown away), ``waited`` (a draft-free round
 that did), ``joining`` (a step that also prefilled a prompt).
+Each step's time is also taken apart: ``build`` (making and queuing its own pass, nothing for a
+round that ran ahead), ``next`` (making and queuing the round run ahead after it) and ``wait``
+(until its choices reach the host); the rest is the host's planning and verification. A GPU that
+keeps pace with the host leaves ``wait`` near nothing in the steady state: the host is the limit.
 For each cell it prints tok/s per repeat, and per kind the rounds per run and their median
 milliseconds; with several cells, each cell's ratio to the first per repeat (cells alternate, after
 one unmeasured run of each: the first run of a shape compiles its kernels on a GPU). The JSON
@@ -76,6 +80,9 @@ _orig_step = sched_mod.Scheduler.step
 _orig_verify = sched_mod.Scheduler._verify
 _orig_plan = sched_mod.Scheduler._plan
 _orig_submit = sched_mod.Scheduler.submit
+_orig_forward = sched_mod.Scheduler._forward
+_orig_choices = sched_mod.Scheduler._choices
+_orig_start = sched_mod.run_ahead.start
 SAMPLING: dict[str, Any] = {}  # temperature and top_p every request gets, with "seed", the next seed
 
 
@@ -104,6 +111,28 @@ def _verify(self: Any, *a: Any) -> Any:
     before = sum(k * n for k, n in self.histogram.items())
     out = _orig_verify(self, *a)
     TRACE.current["accepted"] = sum(k * n for k, n in self.histogram.items()) - before
+    return out
+
+
+def _forward(self: Any, r: Any) -> Any:
+    t0 = time.perf_counter()
+    out = _orig_forward(self, r)
+    TRACE.current["build"] = time.perf_counter() - t0 - TRACE.current.get("choices", 0.0)
+    return out
+
+
+def _choices(self: Any, r: Any, choices: Any) -> Any:
+    t0 = time.perf_counter()
+    out = _orig_choices(self, r, choices)
+    TRACE.current["choices"] = time.perf_counter() - t0
+    TRACE.current["wait"] = TRACE.current["choices"] - TRACE.current.get("next", 0.0)
+    return out
+
+
+def _start(sched: Any, r: Any, choices: Any) -> Any:
+    t0 = time.perf_counter()
+    out = _orig_start(sched, r, choices)
+    TRACE.current["next"] = time.perf_counter() - t0
     return out
 
 
@@ -150,6 +179,7 @@ def _step(self: Any) -> None:
         TRACE.rounds.append(TRACE.current)
 
 
+PARTS = ("build", "next", "wait")  # a step's parts (module docstring)
 KINDS = ("ahead", "continued", "sync", "draft", "dropped", "waited", "joining")
 
 
@@ -180,6 +210,9 @@ def summarise(rounds: list[dict[str, Any]]) -> dict[str, Any]:
         ts = [r["seconds"] for r in rounds if category(r) == cat]
         out[cat] = {"n": len(ts), "ms_median": 1e3 * statistics.median(ts) if ts else None,
                     "ms_total": 1e3 * sum(ts)}
+        for part in PARTS:
+            ps = [r.get(part, 0.0) for r in rounds if category(r) == cat]
+            out[cat][f"{part}_ms_median"] = 1e3 * statistics.median(ps) if ps else None
     drafting = [r for r in rounds if r["width"] > 1]
     out["drafting"] = {
         "rounds": len(drafting),
@@ -220,6 +253,9 @@ def main() -> None:
     sched_mod.Scheduler._verify = _verify
     sched_mod.Scheduler._plan = _plan
     sched_mod.Scheduler.submit = _submit
+    sched_mod.Scheduler._forward = _forward
+    sched_mod.Scheduler._choices = _choices
+    sched_mod.run_ahead.start = _start
     gc.callbacks.append(TRACE.on_gc)
     loaded = load_model(args.model)
     if args.accelerator:
@@ -266,7 +302,10 @@ def main() -> None:
             ms = [s[cat]["ms_median"] for s in runs[spec] if s[cat]["ms_median"] is not None]
             if ms:
                 n = sum(s[cat]["n"] for s in runs[spec]) / len(runs[spec])
-                print(f"  {cat:8s} {n:6.1f} rounds a run, median {statistics.median(ms):6.2f} ms")
+                parts = {p: statistics.median(s[cat][f"{p}_ms_median"] for s in runs[spec] if s[cat]["n"])
+                         for p in PARTS}
+                print(f"  {cat:8s} {n:6.1f} rounds a run, median {statistics.median(ms):6.2f} ms ("
+                      + ", ".join(f"{p} {v:.2f}" for p, v in parts.items()) + ")")
     if len(specs) > 1:
         base = runs[specs[0]]
         for spec in specs[1:]:

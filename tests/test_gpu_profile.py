@@ -81,7 +81,8 @@ def test_attention_shapes_reports_the_shape_that_raised(monkeypatch) -> None:
 
 def test_round_trace_sorts_a_workloads_rounds_by_kind(tmp_path: Path) -> None:
     """``scripts/round_trace.py`` on two streams of the copy-heavy workload, GPU round logic on the CPU:
-    every round is sorted into a kind, and drafting rounds appear only where drafts are allowed."""
+    every round is sorted into a kind, and drafting rounds appear only where drafts are allowed; each
+    round's parts (its own pass, the one run ahead after it, the wait for its choices) fit in it."""
     root = Path(__file__).parent.parent
     out = tmp_path / "trace.json"
     done = subprocess.run(
@@ -96,6 +97,13 @@ def test_round_trace_sorts_a_workloads_rounds_by_kind(tmp_path: Path) -> None:
         assert sum(run[k]["n"] for k in kinds) == run["rounds"] > 0
     assert runs["plain"][0]["drafting"]["rounds"] == 0
     assert runs["on"][0]["drafting"]["accepted"] > 0
+    rounds = runs["on"][0]["trace"]
+    for r in rounds:
+        assert 0 <= r.get("build", 0) + r.get("next", 0) + r.get("wait", 0) <= r["seconds"]
+    # Plain rounds after the first run ahead: nothing of their own to build, the next one to queue.
+    ahead = [r for r in runs["plain"][0]["trace"] if r["kind"] == "ahead"]
+    assert ahead and all(r["next"] > r["build"] for r in ahead)
+    assert runs["plain"][0]["ahead"]["next_ms_median"] > 0
 
 
 def test_round_trace_prices_rounds_with_a_devices_costs_held_fixed(tmp_path: Path) -> None:
