@@ -14,7 +14,8 @@ that did), ``joining`` (a step that also prefilled a prompt).
 Each step's time is also taken apart: ``build`` (making and queuing its own pass, nothing for a
 round that ran ahead), ``next`` (making and queuing the round run ahead after it) and ``wait``
 (until its choices reach the host); the rest is the host's planning and verification. A GPU that
-keeps pace with the host leaves ``wait`` near nothing in the steady state: the host is the limit.
+keeps pace with the host leaves ``wait`` near nothing in the steady state: the host is the limit
+(on a CPU, queuing the round run ahead waits for this one's pass: ``next`` holds it there).
 For each cell it prints tok/s per repeat, and per kind the rounds per run and their median
 milliseconds; with several cells, each cell's ratio to the first per repeat (cells alternate, after
 one unmeasured run of each: the first run of a shape compiles its kernels on a GPU). The JSON
