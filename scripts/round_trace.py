@@ -118,7 +118,7 @@ def _verify(self: Any, *a: Any) -> Any:
 def _forward(self: Any, r: Any) -> Any:
     t0 = time.perf_counter()
     out = _orig_forward(self, r)
-    TRACE.current["build"] = time.perf_counter() - t0 - TRACE.current.get("choices", 0.0)
+    TRACE.current["build"] = time.perf_counter() - t0 - TRACE.current.pop("choices", 0.0)
     return out
 
 
