@@ -32,7 +32,9 @@
 # masked attention as one kernel, engine.model.lane_attention), alone (`plain` and `on` against `compile_alone=false`,
 # copy-heavy and no-copy at one stream: a lone stream's draft-free rounds compiled, engine.passes.compiled),
 # continue (`on` against `on:continue_copies=false`, copy-heavy at 1 and 4 streams and mixed at 4: a drafting
-# round's successor run ahead with the copies' continuations, engine.rounds.run_ahead), starts (`on` against
+# round's successor run ahead with the copies' continuations, engine.rounds.run_ahead), drafts (`on` against
+# `on:compile_drafts=false`, copy-heavy at 1, 4 and 8 streams and no-copy at 4: drafting rounds compiled,
+# padded to a multiple of 8 rows, engine.passes.choice.RoundPasses.draft_step), starts (`on` against
 # `on:start_copies=false`, copy-heavy at 8 and 1 streams and mixed at 4: copies started in rounds run ahead), tiny (tiny random models of each cache kind through copy-heavy:
 # token equality and near-tie margins, into gpu-tiny-ARCH.json), server (`make bench-server`'s load and agent runs: the agent
 # workload through `lanes serve` and `mlx_lm.server` on the embedded model's llama folder; the
@@ -190,6 +192,10 @@ for step in $STEPS; do
     continue)  # a drafting round's successor run ahead with the copies' continuations (the default) or not
       bench continue-1-copy-heavy copy-heavy --streams 1 --cells mlx-lm,plain,on,on:continue_copies=false
       for w in copy-heavy mixed; do bench "continue-$w" "$w" --cells mlx-lm-batch,plain,on,on:continue_copies=false; done ;;
+    drafts)  # drafting rounds compiled, padded to a multiple of 8 rows (the default), or uncompiled as planned
+      bench drafts-1-copy-heavy copy-heavy --streams 1 --cells mlx-lm,plain,on,on:compile_drafts=false
+      for w in copy-heavy no-copy; do bench "drafts-$w" "$w" --cells mlx-lm-batch,plain,on,on:compile_drafts=false; done
+      bench drafts-8-copy-heavy copy-heavy --streams 8 --cells mlx-lm-batch,plain,on,on:compile_drafts=false ;;
     starts)  # copies started in rounds run ahead (the default) or only by the allocator, dropping such a round
       bench starts-8-copy-heavy copy-heavy --streams 8 --cells mlx-lm-batch,plain,on,on:start_copies=false
       bench starts-1-copy-heavy copy-heavy --streams 1 --cells mlx-lm,plain,on,on:start_copies=false

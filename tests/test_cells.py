@@ -139,3 +139,22 @@ def test_compile_alone_setting_picks_a_lone_stream_s_compilation(loaded) -> None
     assert cell_passes(gpu, parse_cells("on")[0]).lanes(loaded.kinds).views  # the lanes build
     cpu = replace(loaded, passes=accelerator(loaded.model, loaded.kinds))
     assert cell_passes(cpu, parse_cells("on:compile_alone=true")[0]).compile_alone
+
+
+def test_compile_drafts_setting_runs_drafting_rounds_as_planned(loaded) -> None:
+    """``compile_drafts=false``: an accelerator's drafting rounds at their own width, uncompiled, under
+    passes of another name, so that `lanes bench` calibrates its costs apart; by default they are
+    padded to a multiple of 8 rows, and with nothing compiled nothing is padded."""
+    from dataclasses import replace
+
+    from engine.bench.runner import cell_passes
+    from engine.passes.choice import accelerator
+
+    gpu = replace(loaded, passes=accelerator(loaded.model, loaded.kinds))
+    (cell,) = parse_cells("on:compile_drafts=false")
+    assert cell.with_settings(loaded.family) == loaded.family  # an engine setting, not the family's
+    assert cell_passes(gpu, parse_cells("on")[0]).draft_step == 8
+    planned = cell_passes(gpu, cell)
+    assert planned.draft_step == 1 and planned.compiled is not None and planned.name != gpu.passes.name
+    assert cell_passes(gpu, parse_cells("on:compiled=false")[0]).draft_step == 1
+    assert cell_passes(loaded, cell) is loaded.passes  # the CPU's passes compile nothing

@@ -35,18 +35,21 @@ def _lanes(loaded, fixed: bool) -> LaneCache:
     return lanes
 
 
-def _rounds(loaded, lanes: LaneCache, run, leave_at: int | None = None) -> tuple[list[mx.array], set]:
+def _rounds(loaded, lanes: LaneCache, run, leave_at: int | None = None, drafts: bool = False) -> tuple[list[mx.array], set]:
     """Run ``WIDTHS`` rounds, each stream keeping a different number of rows, its next inputs the
-    last round's choices; the first stream leaves before round ``leave_at``. Returns each round's
-    logits and the shapes (batch, width, capacity) of its fixed-shape rounds."""
+    last round's choices; the first stream leaves before round ``leave_at``; ``drafts``: drafting
+    rounds padded and fixed, as the scheduler runs them compiled. Returns each round's logits and
+    the shapes (batch, width, capacity) of its fixed-shape rounds."""
     out, shapes = [], set()
     tokens = mx.array([[11], [12], [13]], dtype=mx.int32)
     for i, width in enumerate(WIDTHS):
         if i == leave_at:
             lanes.remove(0)  # the last stream moves into its row
             tokens = mx.concatenate([tokens[2:], tokens[1:2]])
+        if drafts and width > 1:
+            width = padded_width(width)
         rows = mx.concatenate([tokens[:, :1]] * width, axis=1)
-        lanes.begin_round(width)
+        lanes.begin_round(width, fixed=drafts and width > 1)
         if lanes.fixed:
             shapes.add((lanes.batch, width, lanes.capacity))
         logits = run(lanes, rows)
@@ -79,6 +82,24 @@ def test_replayed_rounds_equal_the_uncompiled_pass(loaded, monkeypatch, leave_at
     assert any(cap > 256 for _, _, cap in shapes)
     drafting = sum(1 for w in WIDTHS if w > 1)
     assert traced - drafting == len(shapes) < len(WIDTHS) - drafting
+
+
+def test_drafting_rounds_padded_and_fixed_replay_one_trace_per_width(loaded, monkeypatch) -> None:
+    """A drafting round on fixed shapes (``begin_round(fixed=True)``, its width a multiple of 8 as
+    ``RoundPasses.draft_step`` pads it) runs compiled: its logits equal the uncompiled pass's over
+    the same lanes, and it is traced once per (batch, width, capacity) like a draft-free round."""
+    calls = []
+    model_call = type(loaded.model).__call__
+    monkeypatch.setattr(type(loaded.model), "__call__", lambda self, *a, **k: calls.append(1) or model_call(self, *a, **k))
+    compiled, lanes = CompiledPass(loaded.model), _lanes(loaded, fixed=True)
+    calls.clear()
+    got, shapes = _rounds(loaded, lanes, compiled, drafts=True)
+    traced = len(calls)
+    uncompiled = _rounds(loaded, _lanes(loaded, fixed=True), lambda lanes, rows: loaded.model(rows, cache=lanes.views),
+                         drafts=True)[0]
+    for i, (g, w) in enumerate(zip(got, uncompiled, strict=True)):
+        assert mx.array_equal(g, w).item(), f"round {i} differs from the uncompiled pass"
+    assert {w for _, w, _ in shapes} == {1, 8} and traced == len(shapes) < len(WIDTHS)
 
 
 def _pending_rounds(lanes: LaneCache, run, widths: tuple[int, ...]) -> tuple[list[mx.array], set]:

@@ -247,3 +247,17 @@ def test_kept_rounds_are_priced_from_what_they_took() -> None:
         m.observe_kept(4, bad)
     assert m.kept(4) == pytest.approx(0.011)
     assert m.kept(2) == m.cost(2, 1)  # batches apart
+
+
+def test_padded_widths_are_priced_and_observed_as_the_pass_runs() -> None:
+    """``row_step``: a pass of W > 1 rows runs padded to a multiple of the step (a GPU's compiled
+    drafting rounds), so rows inside the padding are free, and a timed round of 3 rows updates 8's."""
+    model = CostModel(GPU, row_step=8)
+    assert [model.cost(4, w) for w in (1, 2, 3, 8)] == [0.005, 0.006, 0.006, 0.006]
+    assert model.cost(4, 9) == model.cost(4, 16) == 0.007
+    model.observe(4, 3, 0.008)  # 0.8 * 6 ms + 0.2 * 8 ms
+    assert model.snapshot()["4x8"] == pytest.approx(0.0064) and "4x3" not in model.snapshot()
+    assert model.at_keys(64).cost(4, 5) == pytest.approx(0.0064)  # a flat copy keeps the step
+    assert CostModel(GPU).cost(4, 3) < 0.006  # without a step widths between 1 and 8 interpolate
+    with pytest.raises(ValueError, match="row_step"):
+        CostModel(GPU, row_step=0)

@@ -68,7 +68,7 @@ def random_allocator(rng: random.Random):
     return allocate
 
 
-@pytest.mark.parametrize("mode", ["host", "grouped", "padded", "ahead", "compiled", "compiled-alone"])
+@pytest.mark.parametrize("mode", ["host", "grouped", "padded", "ahead", "compiled", "compiled-alone", "drafts-uncompiled"])
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_greedy_equals_mlx_lm_under_adversarial_drafts(loaded, reference, chat_prompt, monkeypatch, seed, mode) -> None:
     """Host: rounds without a prompt chunk run on numpy (engine.passes.numpy_pass), the CPU's default.
@@ -79,7 +79,8 @@ def test_greedy_equals_mlx_lm_under_adversarial_drafts(loaded, reference, chat_p
     device computes (engine.rounds.run_ahead): kept whether those drafts land or not.
     Compiled: the same, the padded passes compiled over lanes of fixed shapes, as a GPU runs them;
     compiled-alone: a lone stream's draft-free rounds too, run ahead or not (as CUDA runs them, there
-    with its attention as one kernel; here on MLX's masked ops)."""
+    with its attention as one kernel; here on MLX's masked ops); drafts-uncompiled: compiled, but
+    drafting rounds at their planned width, uncompiled (the cell ``compile_drafts=false``)."""
     grouped = mode == "grouped"
     rng = random.Random(seed)
     monkeypatch.setattr(CostModel, "groups_pay", lambda self, b, w, k, keys=0: grouped and k is not None and 0 < k < b and w > 1)
@@ -94,7 +95,8 @@ def test_greedy_equals_mlx_lm_under_adversarial_drafts(loaded, reference, chat_p
     assert loaded.passes.numpy_pass is not None  # the CPU's default
     passes = {"host": loaded.passes, "grouped": replace(loaded.passes, numpy_pass=None), "padded": GENERIC,
               "ahead": ACCELERATOR, "compiled": accelerator(loaded.model, loaded.kinds),
-              "compiled-alone": replace(accelerator(loaded.model, loaded.kinds), compile_alone=True)}[mode]
+              "compiled-alone": replace(accelerator(loaded.model, loaded.kinds), compile_alone=True),
+              "drafts-uncompiled": replace(accelerator(loaded.model, loaded.kinds), compile_drafts=False)}[mode]
     compiled_calls: list[tuple[bool, bool, int]] = []  # (queued ahead, fixed lanes, width) of each compiled pass
     compiled_call = CompiledPass.__call__
 
@@ -123,10 +125,18 @@ def test_greedy_equals_mlx_lm_under_adversarial_drafts(loaded, reference, chat_p
     assert (sched.rounds_grouped > 0) == grouped
     assert (sched.rounds_host > 0) == (mode == "host")
     stats = [e for e in events if isinstance(e, RoundStats)]
-    if mode in ("compiled", "compiled-alone"):  # rounds queued with continuations ran compiled, a multiple of CONTINUED_STEP wide
+    if mode in ("compiled", "compiled-alone", "drafts-uncompiled"):
+        # Rounds queued with continuations ran compiled, a multiple of CONTINUED_STEP wide; so did
+        # drafting rounds, unless the passes say not (then each ran at its own width, uncompiled).
         queued = [width for ahead, fixed, width in compiled_calls if ahead]
         assert queued and all(fixed and width % CONTINUED_STEP == 0 for ahead, fixed, width in compiled_calls if ahead)
-    if mode in ("ahead", "compiled", "compiled-alone"):
+        drafting = [(fixed, width) for ahead, fixed, width in compiled_calls if not ahead and width > 1]
+        assert drafting
+        if mode == "drafts-uncompiled":
+            assert not any(fixed for fixed, _ in drafting) and any(w % CONTINUED_STEP for _, w in drafting)
+        else:
+            assert all(fixed and w % CONTINUED_STEP == 0 for fixed, w in drafting)
+    if mode in ("ahead", "compiled", "compiled-alone", "drafts-uncompiled"):
         assert sched.copies_continued > 0
         # Continued drafts verified after the copy had broken (no window), and some landing anyway.
         assert any(e.draft_rows and e.source is None for e in stats)

@@ -20,8 +20,9 @@ take, ``engine.rounds.joins``; 1 prefills each stream alone), ``continue_copies=
 run ahead after a drafting round, ``engine.rounds.run_ahead``), ``start_copies=false`` (no copy
 started in a round run ahead), ``probe_starts=false`` (no probe started there),
 ``fused_attention=false`` (CUDA's masked attention on MLX's own ops, not ``engine.model.lane_attention``)
-and ``compile_alone=true|false`` (a lone stream's draft-free rounds compiled or not; by default
-where the attention is fused).
+``compile_alone=true|false`` (a lone stream's draft-free rounds compiled or not; by default
+where the attention is fused) and ``compile_drafts=false`` (an accelerator's drafting rounds
+uncompiled, at their planned width, priced and calibrated as such: ``RoundPasses.draft_step``).
 """
 
 from __future__ import annotations
@@ -57,11 +58,12 @@ SETTINGS: Mapping[str, type] = MappingProxyType({
     "probe_starts": bool,
     "fused_attention": bool,
     "compile_alone": bool,
+    "compile_drafts": bool,
 })
 INT_MINIMUM: Mapping[str, int] = MappingProxyType({"brief_match": 0})  # 0 turns it off; others start at 1
 # Not family settings: with_settings leaves them out.
 ENGINE_SETTINGS = ("context_cost", "generic_pass", "compiled", "prefill_pass", "continue_copies", "start_copies", "probe_starts",
-                   "fused_attention", "compile_alone")
+                   "fused_attention", "compile_alone", "compile_drafts")
 _TRUE, _FALSE = ("true", "on", "yes", "1"), ("false", "off", "no", "0")
 
 
@@ -125,6 +127,11 @@ class Cell:
         """Whether a lone stream's draft-free rounds are compiled (None: as the passes choose)."""
         value = self.settings.get("compile_alone")
         return None if value is None else bool(value)
+
+    @property
+    def compile_drafts(self) -> bool:
+        """Whether an accelerator's drafting rounds run compiled, padded (the default) or as planned."""
+        return bool(self.settings.get("compile_drafts", True))
 
     def with_settings(self, family: Family) -> Family:
         """``family`` with this cell's settings applied (the family itself when there are none)."""

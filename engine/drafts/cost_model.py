@@ -20,6 +20,11 @@ How :meth:`CostModel.cost` answers for (B, W):
 
 Answers are clamped to at least :data:`MIN_SECONDS`: never 0, negative or NaN.
 
+Padded widths (``row_step``): where passes of several rows run padded to a multiple of ``row_step``
+rows (a GPU's compiled drafting and continued rounds: ``RoundPasses.draft_step``), a width W > 1 is
+priced and observed as that multiple, so rows inside the padding cost nothing more: with
+``row_step=8``, ``cost(4, 3)`` is ``cost(4, 8)``, and a 3-row round timed is folded in as 4x8.
+
 Worked example with the measured 2-core CPU numbers (SmolLM2-135M), milliseconds::
 
     B \\ W    1     4     8    16
@@ -157,13 +162,17 @@ class CostModel:
         overhead: float = 0.0,
         grouped: bool = False,
         context: ContextCost = NO_CONTEXT_COST,
+        row_step: int = 1,
     ) -> None:
         if not 0.0 < alpha <= 1.0:
             raise ValueError(f"alpha must be in (0, 1], got {alpha!r}")
         if not (math.isfinite(overhead) and overhead >= 0.0):
             raise ValueError(f"overhead must be finite and >= 0, got {overhead!r}")
+        if row_step < 1:
+            raise ValueError(f"row_step must be >= 1, got {row_step!r}")
         self.alpha = float(alpha)
         self.grouped = grouped  # whether rounds may be grouped (the scheduler sets it per model)
+        self.row_step = row_step  # passes wider than a row run padded to a multiple of this (module docstring)
         self.context = context  # seconds per key of context (set from calibration before observing)
         self._samples: dict[tuple[int, int], float] = {}
         self._grouped: dict[tuple[int, int, int], float] = {}  # (B, W, k) -> observed seconds
@@ -241,6 +250,7 @@ class CostModel:
         _check_shape(batch, width)
         if not _valid_seconds(seconds):
             return
+        width = self.priced_width(width)
         if wide is not None and wide < batch:
             seconds = max(seconds - self.context.seconds(batch, width, keys, wide), MIN_SECONDS)
             gkey = (batch, width, wide)
@@ -258,9 +268,21 @@ class CostModel:
 
     def cost(self, batch: int, width: int, wide: int | None = None, keys: int = 0) -> float:
         """Predicted seconds for a B x W pass over ``keys`` keys where ``wide`` streams draft (None: all)."""
+        width = self.priced_width(width)
         if wide is not None and self.groups_pay(batch, width, wide, keys):
             return self._grouped_cost(batch, width, wide, keys)
         return self._padded(batch, width) + self.context.seconds(batch, width, keys)
+
+    def priced_width(self, width: int) -> int:
+        """The rows a pass of ``width`` runs: ``width`` rounded up to a multiple of ``row_step`` past one.
+
+        >>> m = CostModel({(4, 1): 0.005, (4, 8): 0.006}, row_step=8)
+        >>> m.priced_width(1), m.priced_width(3), m.priced_width(9)
+        (1, 8, 16)
+        >>> m.cost(4, 3) == m.cost(4, 8)
+        True
+        """
+        return width if width == 1 or self.row_step == 1 else -(-width // self.row_step) * self.row_step
 
     def groups_pay(self, batch: int, width: int, wide: int | None, keys: int = 0) -> bool:
         """Whether a grouped pass is expected to beat the padded one for this round."""
@@ -284,7 +306,7 @@ class CostModel:
         """
         flat = CostModel(
             {shape: self.cost(*shape, keys=keys) for shape in self._samples},
-            alpha=self.alpha, overhead=self._overhead, grouped=self.grouped,
+            alpha=self.alpha, overhead=self._overhead, grouped=self.grouped, row_step=self.row_step,
         )
         flat._overhead_seen = self._overhead_seen
         flat._grouped = {

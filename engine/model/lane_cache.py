@@ -71,11 +71,13 @@ class LaneCache:
     a graph that depends on its shapes alone (``place``), as a compiled pass needs
     (``engine.passes.compiled``); a lone stream's draft-free round keeps mlx-lm's own cache's graph,
     which has fewer kernels (``fixed_alone``: unless its attention is one kernel either way), and a
-    drafting round the graph of its own width. ``fused``: ``LayerView.fused_attention``."""
+    drafting round the graph of its own width unless ``begin_round(fixed=True)`` says it is compiled
+    too. ``fused``: ``LayerView.fused_attention``."""
 
     def __init__(self, kinds: int | list[LayerKind], fixed: bool = False, fused: bool = False,
                  fixed_alone: bool = False) -> None:
         self._fixed, self.fixed_alone, self.fused = fixed, fixed_alone, fused
+        self._forced = False  # this round's shapes fixed whatever its width (``begin_round``)
         self.kinds = [LayerKind()] * kinds if isinstance(kinds, int) else list(kinds)
         self.n_layers = n_layers = len(self.kinds)
         self.keys: list[mx.array | None] = [None] * n_layers
@@ -104,13 +106,13 @@ class LaneCache:
 
     @property
     def fixed(self) -> bool:  # whether this round's shapes alone decide its graph (class docstring)
-        return self._fixed and (self._pending is not None or (self._width == 1 and (len(self.lengths) > 1 or self.fixed_alone)))
+        compiled = self._forced or (self._width == 1 and (self.batch > 1 or self.fixed_alone))
+        return self._fixed and (self._pending is not None or compiled)
 
     @property
     def slots(self) -> int:
-        """Rows the buffers have: the streams' and, after a stream left, spare ones at the end (a
-        leave moves the last stream into the leaver's row, and a join writes into a spare row, each
-        copying one row, not all of them: MLX arrays do not resize)."""
+        """Rows the buffers have: the streams' and spare ones a leave left at the end (it moves the last
+        stream into its row, a join fills one: each copies a row, not all: MLX arrays do not resize)."""
         k = next((k for k in self.keys if k is not None), None)
         return self.batch if k is None else k.shape[0]
 
@@ -124,10 +126,11 @@ class LaneCache:
         return sum(v.nbytes for v in self.views)
 
     # -- round protocol ------------------------------------------------------
-    def begin_round(self, width: int, real: Sequence[int] | None = None) -> None:
-        """Prepare for a forward pass of ``width`` query rows per stream, of which row i's first
-        ``real[i]`` are real (the rest pad it; by default all are real)."""
+    def begin_round(self, width: int, real: Sequence[int] | None = None, fixed: bool = False) -> None:
+        """Prepare a pass of ``width`` query rows per stream, row i's first ``real[i]`` real (the rest pad
+        it; by default all). ``fixed``: on fixed lanes, fixed shapes whatever the width (compiled drafts)."""
         self._reserve(width)
+        self._forced = fixed
         if self.fixed:
             self.place(mx.array(self.lengths, dtype=mx.int32))
         else:
@@ -331,11 +334,8 @@ class LaneCache:
         self.end_round()
 
     def end_round(self) -> None:
-        self._offsets, self._pending = None, None
-        self._mask = None
-        self._masks = {}
-        self._scatter = {}
-        self._width = 0
+        self._offsets, self._pending, self._forced = None, None, False
+        self._mask, self._masks, self._scatter, self._width = None, {}, {}, 0
         self._real, self._kept, self._before = [], [], None
         self.state_lengths = None
         self.calls = {}

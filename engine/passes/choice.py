@@ -19,8 +19,8 @@ whether it will draft (``speculate_ahead``; ``engine.rounds.run_ahead``): the de
 the host verifies, and the allocator prices dropping that pass against keeping it. On the CPU the
 dropped pass would be compute taken from the next one, so the CPU runs ahead only when no stream can
 draft next round. On an accelerator the model's graph is also compiled for draft-free rounds of
-several streams and for rounds queued with copies' continuations (``engine.passes.compiled``),
-unless a layer is recurrent. On CUDA a round's masked attention runs as one kernel reading each
+several streams, for rounds queued with copies' continuations and for drafting rounds, the last two
+padded to a multiple of ``CONTINUED_STEP`` rows (``engine.passes.compiled``), unless a layer is recurrent. On CUDA a round's masked attention runs as one kernel reading each
 stream's length (``engine.model.lane_attention``).
 
 Nothing else chooses: the scheduler reads ``LoadedModel.passes``; a test or a benchmark that wants
@@ -45,7 +45,7 @@ from engine.passes.grouped import prefill as grouped_prefill
 from engine.passes.numpy_pass import HostPass, supports_host
 from engine.passes.padded import padded_logits, supports_padded
 
-CONTINUED_STEP = 8  # compiled continued rounds are a multiple of this many rows wide
+CONTINUED_STEP = 8  # compiled continued and drafting rounds are a multiple of this many rows wide
 
 
 @dataclass(frozen=True)
@@ -60,6 +60,7 @@ class RoundPasses:
     compiled: CompiledPass | None = None  # padded passes compiled, over lanes of fixed shapes
     fused_attention: bool = False  # masked attention as one kernel (engine.model.lane_attention: CUDA)
     compile_alone: bool = False  # a lone stream's draft-free rounds compiled too (with fused attention)
+    compile_drafts: bool = False  # drafting rounds compiled too, padded to a multiple of CONTINUED_STEP rows
 
     @property
     def compiled_draws(self) -> bool:
@@ -77,6 +78,13 @@ class RoundPasses:
         it runs compiled, ``width`` rounded up to a multiple of ``CONTINUED_STEP``, so that few
         widths are traced (each width at each capacity is one trace); the padding rows are never read."""
         return width if self.compiled is None else padded_width(width)
+
+    @property
+    def draft_step(self) -> int:
+        """Rows a drafting round's width is rounded up to a multiple of (1: run as planned). Where it
+        runs compiled, every width is a trace at each capacity, so widths are padded like continued
+        rounds' (and share their traces); the cost model prices a width as its padded one."""
+        return CONTINUED_STEP if self.compiled is not None and self.compile_drafts else 1
 
     def prefill(self, model: nn.Module, tokens: Sequence[int], caches: Sequence[Any]) -> None:
         """Append ``tokens`` to one stream's ``caches``: the transformer body only (prefill needs
@@ -118,8 +126,8 @@ def llama_cpu(model: nn.Module) -> RoundPasses:
 
 
 def accelerator(model: nn.Module, kinds: Sequence[LayerKind]) -> RoundPasses:
-    """An accelerator's passes: run ahead, and compiled unless a layer is recurrent (its state is
-    Python's: ``engine.passes.compiled``); on CUDA, masked attention as one kernel, and then a lone
+    """An accelerator's passes: run ahead, and compiled, drafting rounds too, unless a layer is
+    recurrent (its state is Python's: ``engine.passes.compiled``); on CUDA, masked attention as one kernel, and then a lone
     stream's rounds compiled too (its masked graph no longer has more kernels than mlx-lm's)."""
     fused = lane_attention.available()
     if fused:
@@ -127,7 +135,7 @@ def accelerator(model: nn.Module, kinds: Sequence[LayerKind]) -> RoundPasses:
     if any(k.recurrent for k in kinds):
         return replace(ACCELERATOR, fused_attention=fused)
     return RoundPasses("compiled-ahead", speculate_ahead=True, compiled=CompiledPass(model), fused_attention=fused,
-                       compile_alone=fused)
+                       compile_alone=fused, compile_drafts=True)
 
 
 def choose(model: nn.Module, device: str, kinds: Sequence[LayerKind]) -> RoundPasses:

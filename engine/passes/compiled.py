@@ -13,9 +13,12 @@ writes its keys by one scatter. Draft-free rounds (one row per stream) are compi
 most rounds and the ones run ahead, and their shapes are few (the batch and the capacity, which
 grows 256 positions at a time), so a trace is rare. So are rounds queued ahead with copies'
 continuations (``engine.rounds.run_ahead``), most of a copy-heavy reply's rounds, their width
-padded to a multiple of 8 rows (``RoundPasses.continued_width``). A drafting round the allocator
-plans is not: its width changes from round to round, and tracing each new one would cost more
-than it saves (padding those widths to powers of two was tried and lost: docs/engine.md, item 8).
+padded to a multiple of 8 rows (``RoundPasses.continued_width``), and the drafting rounds the
+allocator plans, padded alike (``RoundPasses.draft_step``; ``LaneCache.begin_round(fixed=True)``):
+their width changes from round to round, so each planned width would be a trace of its own, but
+padded they share the continued rounds' few (the cost model prices a width as its padded one).
+Padding them to powers of two was tried before Lanes' attention kernel and lost (docs/engine.md,
+item 8); the cell setting ``compile_drafts=false`` runs them uncompiled at their planned width.
 
 Example: 4 streams of lengths [300, 293, 286, 279] in buffers of capacity 512 run a round of
 width 1. The first such round traces the model; the next one, at [301, 294, 287, 280], replays

@@ -85,7 +85,7 @@ def _time_pass(sched: Scheduler, context: list[Any], widths: list[int], grouped:
             logits = grouped_logits(sched.model, lanes, groups, [[0] * w for w in widths], sched.row_multiple,
                                     host_exp=sched.passes.numpy_ops, rope_table=sched.passes.rope_table)
         else:
-            lanes.begin_round(width)
+            lanes.begin_round(width, fixed=width > 1 and sched.passes.draft_step > 1)  # as drafting rounds run
             logits = sched.passes.padded(sched.model, lanes, mx.zeros((len(widths), width), dtype=mx.int32))
         if sched.passes.numpy_pass is None:
             mx.eval(mx.argmax(logits, axis=-1))

@@ -48,6 +48,7 @@ from engine.model.memory_limits import (
     weight_bytes,
 )
 from engine.model.turn_cache import PREFIX, ConversationCache
+from engine.passes.choice import padded_width
 from engine.passes.grouped import Chunk, grouped_logits
 from engine.rounds import joins, run_ahead
 from engine.rounds.admission import Admission
@@ -90,7 +91,7 @@ class Scheduler:
         self.recall = recall if recall is not None else RecallIndex(min_match=fam.min_match["recall"])
         self.costs = costs if costs is not None else CostModel()
         self.passes = passes = loaded.passes  # chosen at load (engine.passes.choice)
-        self.costs.grouped = passes.grouped
+        self.costs.grouped, self.costs.row_step = passes.grouped, passes.draft_step
         self.row_multiple = passes.row_multiple
         self.prefill_chunk = CPU_PREFILL_CHUNK if loaded.device == "cpu" else PREFILL_CHUNK
         self.prefill_pass = CPU_PREFILL_CHUNK if loaded.device == "cpu" else JOINED_PREFILL
@@ -354,12 +355,15 @@ class Scheduler:
             choices = mx.argmax(flat, axis=-1)[mx.array(pad, dtype=mx.int32)]
             draws = self._draws(r, {i: flat[starts[i] : starts[i + 1]] for i in r.sampling})
             return self._choices(r, with_draws(choices, draws))
-        self.lanes.begin_round(r.width, sizes)
+        step = self.passes.draft_step
+        compiled = step > 1 and r.width > 1  # a drafting round runs compiled, padded (RoundPasses.draft_step)
+        width = padded_width(r.width, step) if compiled else r.width
+        self.lanes.begin_round(width, sizes, fixed=compiled)
         # Padding repeats a stream's last row: masked out by position, never kept.
-        inputs = [row + [row[-1]] * (r.width - len(row)) for row in r.rows]
+        inputs = [row + [row[-1]] * (width - len(row)) for row in r.rows]
         logits = self.passes.padded(self.model, self.lanes, mx.array(inputs, dtype=mx.int32))
         draws = self._draws(r, {i: logits[i, : sizes[i]] for i in r.sampling})
-        return self._choices(r, with_draws(mx.argmax(logits, axis=-1), draws))
+        return self._choices(r, with_draws(mx.argmax(logits[:, : r.width], axis=-1), draws))
 
     def _draws(self, r: Round, logits: dict[int, mx.array]) -> dict[int, mx.array]:
         """Each sampling stream's draws for its rows of this round (``logits[i]`` [rows, vocab])."""
