@@ -144,7 +144,8 @@ def test_compile_alone_setting_picks_a_lone_stream_s_compilation(loaded) -> None
 def test_compile_drafts_setting_runs_drafting_rounds_as_planned(loaded) -> None:
     """``compile_drafts=false``: an accelerator's drafting rounds at their own width, uncompiled, under
     passes of another name, so that `lanes bench` calibrates its costs apart; by default they are
-    padded to a multiple of 8 rows, and with nothing compiled nothing is padded."""
+    padded to a multiple of 8 rows (``=true`` turns that back on for passes without it), and with
+    nothing compiled nothing is padded."""
     from dataclasses import replace
 
     from engine.bench.runner import cell_passes
@@ -157,4 +158,7 @@ def test_compile_drafts_setting_runs_drafting_rounds_as_planned(loaded) -> None:
     planned = cell_passes(gpu, cell)
     assert planned.draft_step == 1 and planned.compiled is not None and planned.name != gpu.passes.name
     assert cell_passes(gpu, parse_cells("on:compiled=false")[0]).draft_step == 1
+    assert cell_passes(gpu, parse_cells("on:compile_drafts=true")[0]) is gpu.passes  # as chosen already
+    again = cell_passes(replace(gpu, passes=planned), parse_cells("on:compile_drafts=true")[0])
+    assert again.draft_step == 8 and again.name != planned.name
     assert cell_passes(loaded, cell) is loaded.passes  # the CPU's passes compile nothing

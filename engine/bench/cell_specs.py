@@ -21,8 +21,9 @@ run ahead after a drafting round, ``engine.rounds.run_ahead``), ``start_copies=f
 started in a round run ahead), ``probe_starts=false`` (no probe started there),
 ``fused_attention=false`` (CUDA's masked attention on MLX's own ops, not ``engine.model.lane_attention``)
 ``compile_alone=true|false`` (a lone stream's draft-free rounds compiled or not; by default
-where the attention is fused) and ``compile_drafts=false`` (an accelerator's drafting rounds
-uncompiled, at their planned width, priced and calibrated as such: ``RoundPasses.draft_step``).
+where the attention is fused) and ``compile_drafts=true|false`` (an accelerator's drafting rounds
+compiled, padded, or uncompiled at their planned width, priced and calibrated as such; by default
+as the passes choose: ``RoundPasses.draft_step``).
 """
 
 from __future__ import annotations
@@ -129,9 +130,11 @@ class Cell:
         return None if value is None else bool(value)
 
     @property
-    def compile_drafts(self) -> bool:
-        """Whether an accelerator's drafting rounds run compiled, padded (the default) or as planned."""
-        return bool(self.settings.get("compile_drafts", True))
+    def compile_drafts(self) -> bool | None:
+        """Whether an accelerator's drafting rounds run compiled, padded, or as planned (None: as the
+        passes choose)."""
+        value = self.settings.get("compile_drafts")
+        return None if value is None else bool(value)
 
     def with_settings(self, family: Family) -> Family:
         """``family`` with this cell's settings applied (the family itself when there are none)."""

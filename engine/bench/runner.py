@@ -114,7 +114,7 @@ def run_mlx_lm_batch(loaded: LoadedModel, items: list[WorkItem], prompts: list[l
 def cell_passes(loaded: LoadedModel, cell: Cell) -> RoundPasses:
     """The passes a Lanes cell runs: the model's, the generic pass, or an accelerator's uncompiled,
     with MLX's own masked attention (and then a lone stream uncompiled), a lone stream compiled or
-    not, or drafting rounds uncompiled."""
+    not, or drafting rounds compiled or not."""
     if cell.generic_pass:
         return GENERIC
     passes = loaded.passes
@@ -124,8 +124,10 @@ def cell_passes(loaded: LoadedModel, cell: Cell) -> RoundPasses:
         passes = replace(passes, fused_attention=False, compile_alone=False)
     if cell.compile_alone is not None and passes.compiled is not None:
         passes = replace(passes, compile_alone=cell.compile_alone)
-    if not cell.compile_drafts and passes.compile_drafts:  # a name of its own: calibrated apart
-        passes = replace(passes, name=f"{passes.name}-drafts-uncompiled", compile_drafts=False)
+    drafts = cell.compile_drafts
+    if drafts is not None and passes.compiled is not None and drafts != passes.compile_drafts:  # calibrated apart
+        passes = replace(passes, name=f"{passes.name}-drafts-{'compiled' if drafts else 'uncompiled'}",
+                         compile_drafts=drafts)
     return passes
 
 
