@@ -4,7 +4,10 @@ and decoding one round's tokens on their own drops it at every round boundary.""
 
 from __future__ import annotations
 
-from mlx_lm.tokenizer_utils import TokenizerWrapper
+import itertools
+
+import pytest
+from mlx_lm.tokenizer_utils import BPEStreamingDetokenizer, TokenizerWrapper
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
@@ -29,3 +32,25 @@ def test_leading_spaces_survive_round_boundaries() -> None:
     pieces = [stream.accept(tokens, ["model"] * len(tokens))[2] for tokens in ([3], [4, 5], [6], [2])]
     assert stream.text == "Hello world! again" == "".join(pieces)
     assert stream.stop_reason == "eos"
+
+
+@pytest.mark.model
+@pytest.mark.parametrize("text", [" A leading space, kept.", "émoji 🎉 split over bytes, 中文字符 too",
+                                  "a long line " * 60, "\n\nnewlines, then a tab\tand `code = 1`"])
+def test_a_gguf_reply_streams_exactly_what_its_tokens_decode_to(loaded, text: str) -> None:
+    """The embedded GGUF's tokenizer streams with mlx-lm's byte-level detokenizer (linear in a line,
+    where the default re-decodes the line per token), its leading space kept: in rounds of any size
+    the text is ``tokenizer.decode`` of the tokens, as with mlx-lm's default."""
+    tokenizer = loaded.tokenizer
+    assert isinstance(tokenizer.detokenizer, BPEStreamingDetokenizer)
+    tokens = tokenizer.encode(text)
+    stream = Stream.start(Request(prompt_tokens=(1,), max_tokens=len(tokens) + 1), [1], DEFAULT, tokenizer)
+    pieces, at = [], 0
+    for size in itertools.cycle((1, 3, 2, 5)):  # a round keeps one token, or a copy's several
+        if at >= len(tokens):
+            break
+        pieces.append(stream.accept(tokens[at : at + size], ["model"] * len(tokens[at : at + size]))[2])
+        at += size
+    pieces.append(stream.accept([next(iter(tokenizer.eos_token_ids))], ["model"])[2])
+    assert stream.stop_reason == "eos"
+    assert stream.text == "".join(pieces) == tokenizer.decode(tokens)

@@ -19,7 +19,7 @@ from typing import Any
 import mlx.core as mx
 import mlx.nn as nn
 from mlx_lm.models import llama
-from mlx_lm.tokenizer_utils import TokenizerWrapper
+from mlx_lm.tokenizer_utils import BPEStreamingDetokenizer, TokenizerWrapper
 
 from engine.errors import ModelLoadError
 from engine.model.gguf_header import SUPPORTED_ARCHITECTURES
@@ -241,4 +241,15 @@ def gguf_tokenizer(meta: dict[str, Any], path: Path | None = None) -> TokenizerW
         pad_token=eos,
     )
     fast.chat_template = meta.get("tokenizer.chat_template")
-    return TokenizerWrapper(fast)
+    return TokenizerWrapper(fast, ByteLevelDetokenizer)
+
+
+class ByteLevelDetokenizer(BPEStreamingDetokenizer):
+    """mlx-lm's streaming detokenizer for byte-level BPE (its loader's choice for a ByteLevel decoder),
+    a reply's leading space kept, so that the text streamed is ``tokenizer.decode(tokens)``, as
+    mlx-lm's default gives it, and a continued reply goes on after its space. The default re-decodes
+    the reply's whole current line for every token, quadratic in a long line: host time in every
+    round of every stream."""
+
+    def _maybe_trim_space(self, current_text: str) -> str:
+        return current_text
