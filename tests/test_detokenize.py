@@ -7,7 +7,12 @@ from __future__ import annotations
 import itertools
 
 import pytest
-from mlx_lm.tokenizer_utils import BPEStreamingDetokenizer, TokenizerWrapper
+from mlx_lm.tokenizer_utils import (
+    BPEStreamingDetokenizer,
+    NaiveStreamingDetokenizer,
+    SPMStreamingDetokenizer,
+    TokenizerWrapper,
+)
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
@@ -16,13 +21,13 @@ from engine.model.families import DEFAULT
 from engine.rounds.stream import Stream
 
 
-def sentencepiece_like() -> TokenizerWrapper:
+def sentencepiece_like(detokenizer: type = NaiveStreamingDetokenizer) -> TokenizerWrapper:
     vocab = {"<unk>": 0, "<s>": 1, "</s>": 2, "▁Hello": 3, "▁world": 4, "!": 5, "▁again": 6}
     tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.Metaspace()
     tok.decoder = decoders.Metaspace()
     return TokenizerWrapper(PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>",
-                                                    unk_token="<unk>"))
+                                                    unk_token="<unk>"), detokenizer)
 
 
 def test_leading_spaces_survive_round_boundaries() -> None:
@@ -54,3 +59,20 @@ def test_a_gguf_reply_streams_exactly_what_its_tokens_decode_to(loaded, text: st
     pieces.append(stream.accept([next(iter(tokenizer.eos_token_ids))], ["model"])[2])
     assert stream.stop_reason == "eos"
     assert stream.text == "".join(pieces) == tokenizer.decode(tokens)
+
+
+@pytest.mark.parametrize("detokenizer", [NaiveStreamingDetokenizer, SPMStreamingDetokenizer])
+def test_a_continued_reply_keeps_the_space_it_goes_on_after(detokenizer: type) -> None:
+    """A SentencePiece reply's leading space is trimmed (by the decoder, or by mlx-lm's streaming
+    detokenizer for such models); a continued reply (the prompt ends inside the assistant's message)
+    goes on after its own last token, so its first word keeps the space before it, and a new reply
+    still starts trimmed."""
+    tokenizer = sentencepiece_like(detokenizer)
+    texts = []
+    for continued in (True, False):
+        request = Request(prompt_tokens=(1, 3), max_tokens=8, continue_final=continued)
+        stream = Stream.start(request, [1, 3], DEFAULT, tokenizer)
+        pieces = [stream.accept(tokens, ["model"] * len(tokens))[2] for tokens in ([4, 5], [6], [2])]
+        assert stream.text == "".join(pieces)
+        texts.append(stream.text)
+    assert texts == [" world! again", "world! again"]

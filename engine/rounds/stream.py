@@ -259,6 +259,13 @@ class Stream:
         if self.detokenizer is None:
             self.detokenizer = self.tokenizer.detokenizer
             self.detokenizer.reset()
+            if self.request.continue_final and self.prompt:
+                # After the reply's own last token, so that a detokenizer that trims a reply's leading
+                # space (mlx-lm's SentencePiece and byte-level ones do) keeps the space it goes on after.
+                self.detokenizer.add_token(self.prompt[-1])
+                if not self.detokenizer.text:  # held back (a lone space, part of a character): flushed
+                    self.detokenizer.finalize()
+                _ = self.detokenizer.last_segment  # the reply's text already
         for t in tokens:
             self.detokenizer.add_token(t)
         if final:
