@@ -19,9 +19,10 @@ whether it will draft (``speculate_ahead``; ``engine.rounds.run_ahead``): the de
 the host verifies, and the allocator prices dropping that pass against keeping it. On the CPU the
 dropped pass would be compute taken from the next one, so the CPU runs ahead only when no stream can
 draft next round. On an accelerator the model's graph is also compiled for draft-free rounds of
-several streams, for rounds queued with copies' continuations and for drafting rounds, the last two
-padded to a multiple of ``CONTINUED_STEP`` rows (``engine.passes.compiled``), unless a layer is recurrent. On CUDA a round's masked attention runs as one kernel reading each
-stream's length (``engine.model.lane_attention``).
+several streams, for rounds queued with copies' continuations and for drafting rounds, the last
+two padded to a multiple of ``CONTINUED_STEP`` rows (``engine.passes.compiled``), unless a layer is
+recurrent. On CUDA a round's masked attention runs as one kernel reading each stream's length
+(``engine.model.lane_attention``).
 
 Nothing else chooses: the scheduler reads ``LoadedModel.passes``; a test or a benchmark that wants
 another choice loads the model with it (``dataclasses.replace(loaded, passes=GENERIC)``).
@@ -127,8 +128,9 @@ def llama_cpu(model: nn.Module) -> RoundPasses:
 
 def accelerator(model: nn.Module, kinds: Sequence[LayerKind]) -> RoundPasses:
     """An accelerator's passes: run ahead, and compiled, drafting rounds too, unless a layer is
-    recurrent (its state is Python's: ``engine.passes.compiled``); on CUDA, masked attention as one kernel, and then a lone
-    stream's rounds compiled too (its masked graph no longer has more kernels than mlx-lm's)."""
+    recurrent (its state is Python's: ``engine.passes.compiled``); on CUDA, masked attention as one
+    kernel, and then a lone stream's rounds compiled too (its masked graph no longer has more
+    kernels than mlx-lm's)."""
     fused = lane_attention.available()
     if fused:
         lane_attention.install()
