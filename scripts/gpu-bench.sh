@@ -102,9 +102,11 @@ bench() {  # NAME WORKLOAD [lanes bench args...]
 }
 for step in $STEPS; do
   case $step in
-    families)
-      python3 -m pytest -c /dev/null --rootdir=. -q -p no:cacheprovider tests/test_families.py tests/test_lane_attention.py 2>&1 | tail -n 15 \
-        || echo "(family tests failed: the steps after them still run)" ;;
+    families)  # a test a line, so that a run cut at DEADLINE still says which passed
+      t=$(budget) || continue
+      timeout "$t" python3 -m pytest -c /dev/null --rootdir=. -v -p no:cacheprovider tests/test_lane_attention.py tests/test_families.py 2>&1 \
+        | grep -E "PASSED|FAILED|ERROR|SKIPPED|passed|failed|^E " | sed 's/ *\[ *[0-9]*%\]$//' | tail -n 90 \
+        || echo "(family tests failed or were cut at DEADLINE: the steps after them still run)" ;;
     tiny)
       for arch in gemma3_text nemotron_h lfm2 qwen3_next; do
         { python3 -m engine.cli make-model "$arch" "$OUT/tiny-$arch" >/dev/null &&
