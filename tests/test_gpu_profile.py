@@ -356,8 +356,8 @@ def test_gpu_bench_leaves_the_kernels_it_compiled_for_the_next_lease(tmp_path: P
 def test_gpu_bench_goes_on_after_a_step_fails(tmp_path: Path) -> None:
     """A failing step says so and the steps after it still run: a lease is one device call, and on
     the H100 three failed family tests once ended the run before its ``tiny`` step. Here a tree whose
-    family tests fail runs ``families`` twice: both run, each reporting the failure, and the script
-    ends cleanly."""
+    family tests fail runs ``families`` twice: both run, each reporting the failure test by test (a
+    run cut at DEADLINE still says which passed), and the script ends cleanly."""
     root = Path(__file__).parent.parent
     tree = tmp_path / "tree"
     (tree / "scripts").mkdir(parents=True)
@@ -371,7 +371,9 @@ def test_gpu_bench_goes_on_after_a_step_fails(tmp_path: Path) -> None:
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.count("1 failed") == 2, done.stdout
-    assert done.stdout.count("(family tests failed: the steps after them still run)") == 2
+    assert done.stdout.count("test_families.py::test_fails FAILED") == 2
+    assert done.stdout.count("test_lane_attention.py::test_passes PASSED") == 2
+    assert done.stdout.count("(family tests failed or were cut at DEADLINE: the steps after them still run)") == 2
 
 
 def test_pass_widths_times_a_pass_by_part_at_each_width(loaded) -> None:
