@@ -363,7 +363,8 @@ class Scheduler:
         inputs = [row + [row[-1]] * (width - len(row)) for row in r.rows]
         logits = self.passes.padded(self.model, self.lanes, mx.array(inputs, dtype=mx.int32))
         draws = self._draws(r, {i: logits[i, : sizes[i]] for i in r.sampling})
-        return self._choices(r, with_draws(mx.argmax(logits[:, : r.width], axis=-1), draws))
+        choices = mx.argmax(logits if width == r.width else logits[:, : r.width], axis=-1)  # padding never read
+        return self._choices(r, with_draws(choices, draws))
 
     def _draws(self, r: Round, logits: dict[int, mx.array]) -> dict[int, mx.array]:
         """Each sampling stream's draws for its rows of this round (``logits[i]`` [rows, vocab])."""
