@@ -246,7 +246,11 @@ def test_kept_rounds_are_priced_from_what_they_took() -> None:
     for bad in (0.0, -1.0, math.nan, math.inf):
         m.observe_kept(4, bad)
     assert m.kept(4) == pytest.approx(0.011)
-    assert m.kept(2) == m.cost(2, 1)  # batches apart
+    # an unseen batch: its one-row pass scaled as the nearest seen batch's rounds ran against theirs
+    assert m.kept(2) == pytest.approx(m.cost(2, 1) * 0.011 / 0.007)
+    m.observe_kept(1, 0.003)
+    assert m.kept(2) == pytest.approx(m.cost(2, 1) * 0.003 / m.cost(1, 1))  # 1 is nearer than 4
+    assert m.kept(4) == pytest.approx(0.011)  # batches apart
 
 
 def test_padded_widths_are_priced_and_observed_as_the_pass_runs() -> None:

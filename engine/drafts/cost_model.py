@@ -222,17 +222,23 @@ class CostModel:
 
     def kept(self, batch: int, keys: int = 0) -> float:
         """Seconds of a whole round whose draft-free pass ran ahead (``engine.rounds.run_ahead``): its
-        host work overlapped the pass. Until one is observed, a width-1 pass without overhead.
+        host work overlapped the pass. Until one is observed at this batch, a width-1 pass, scaled by
+        what such rounds took against it at the nearest batch observed (where a width-1 pass is timed
+        as a round that queues the next, ``engine.rounds.calibration``, it holds two passes' dispatch).
 
         >>> m = CostModel({(4, 1): 0.007, (4, 8): 0.0075}, overhead=0.0025)
         >>> m.kept(4)
         0.007
-        >>> m.observe_kept(4, 0.0096)
-        >>> m.kept(4)
-        0.0096
+        >>> m.observe_kept(4, 0.0035)
+        >>> m.kept(4), round(m.kept(3), 5), round(m.cost(3, 1), 5)  # 3 streams: their pass's half too
+        (0.0035, 0.00233, 0.00466)
         """
         seen = self._kept.get(batch)
-        return seen if seen is not None else self.cost(batch, 1, keys=keys)
+        if seen is not None:
+            return seen
+        near = min(self._kept, key=lambda b: (abs(b - batch), b), default=None)
+        scale = 1.0 if near is None else self._kept[near] / self.cost(near, 1)
+        return scale * self.cost(batch, 1, keys=keys)
 
     def observe_kept(self, batch: int, seconds: float) -> None:
         """Fold one whole round that ran ahead into ``kept(batch)``'s average."""
