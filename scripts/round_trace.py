@@ -20,8 +20,9 @@ For each cell it prints tok/s per repeat, and per kind the rounds per run and th
 milliseconds; with several cells, each cell's ratio to the first per repeat (cells alternate, after
 one unmeasured run of each: the first run of a shape compiles its kernels on a GPU). The JSON
 holds each run's summary, with what the allocator expected its drafting rounds to gain and cost,
-the cost model's shapes as the run left them, the last repeat's rounds one by one, and the CPUs the
-process could run on.
+the cost model's shapes as the run left them, each cell's calibrated costs (a cell on other passes,
+e.g. ``on:round_costs=false``, is calibrated apart, as in ``lanes bench``), the last repeat's rounds
+one by one, and the CPUs the process could run on.
 ``--temperature`` samples every reply (seeded by its place in the workload, so every cell and repeat
 writes the same replies), top-p ``--top-p``; cells ``mlx-lm`` and ``mlx-lm-batch`` time mlx-lm
 greedy, or with its own sampler at those settings, as ``lanes bench`` does. ``--accelerator`` runs
@@ -48,7 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.bench.cell_specs import parse_cell
-from engine.bench.runner import _calibrated, prompts_for, run_lanes
+from engine.bench.runner import cell_costs, prompts_for, run_lanes
 from engine.bench.workloads import at_streams, load_workload
 from engine.drafts.cost_model import CostModel
 from engine.model.loading import load_model
@@ -265,10 +266,15 @@ def main() -> None:
     items = load_workload(args.workload, args.max_tokens)
     if args.streams:
         items = at_streams(items, args.streams)
-    costs = _calibrated(loaded) if args.costs is None else device_costs(args.costs, args.cells.split(",")[-1])
+    specs = args.cells.split(",")
+    lanes_cells = [parse_cell(s) for s in specs if not s.startswith("mlx-lm")]
+    if args.costs is None:  # each cell priced by its own passes' calibration, as `lanes bench` does
+        costs, costs_of = cell_costs(loaded, lanes_cells)
+    else:
+        costs = device_costs(args.costs, specs[-1])
+        costs_of = {c.spec: costs for c in lanes_cells}
     print("costs ms", {k: round(v * 1e3, 2) for k, v in costs.snapshot().items()}, "context", costs.context,
           file=sys.stderr)
-    specs = args.cells.split(",")
     runs: dict[str, list[dict[str, Any]]] = {s: [] for s in specs}
     for rep in range(args.repeats + 1):
         order = specs[rep % len(specs):] + specs[: rep % len(specs)]
@@ -281,7 +287,7 @@ def main() -> None:
                 if rep:
                     runs[spec].append({**summarise([]), "tok_s": tok_s})
                 continue
-            run = run_lanes(loaded, items, costs, parse_cell(spec))
+            run = run_lanes(loaded, items, costs_of[spec], parse_cell(spec))
             if rep == 0:
                 continue
             s = summarise(TRACE.rounds)
@@ -317,8 +323,10 @@ def main() -> None:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         # Where processes of one tree run at different speeds, where each ran (gpu-bench.sh's TRACE_PIN).
         cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
+        calibrated = {spec: {**{k: v * 1e3 for k, v in c.snapshot().items()},
+                             **{f"kept{b}": c.kept(b) * 1e3 for b in (1, 4)}} for spec, c in costs_of.items()}
         args.json.write_text(json.dumps({"costs_ms": {k: v * 1e3 for k, v in costs.snapshot().items()},
-                                         "runs": runs, "cpus": cpus}, indent=1) + "\n")
+                                         "cell_costs_ms": calibrated, "runs": runs, "cpus": cpus}, indent=1) + "\n")
 
 
 if __name__ == "__main__":

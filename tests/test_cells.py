@@ -162,3 +162,22 @@ def test_compile_drafts_setting_runs_drafting_rounds_as_planned(loaded) -> None:
     again = cell_passes(replace(gpu, passes=planned), parse_cells("on:compile_drafts=true")[0])
     assert again.draft_step == 8 and again.name != planned.name
     assert cell_passes(loaded, cell) is loaded.passes  # the CPU's passes compile nothing
+
+
+def test_round_costs_setting_calibrates_apart(loaded) -> None:
+    """``round_costs=false``: an accelerator's cost model calibrated from bare passes, under passes of
+    another name (so `lanes bench` and round_trace.py calibrate it apart); by default an accelerator's
+    passes are timed as rounds run; the CPU's passes run nothing ahead, so the setting leaves them."""
+    from dataclasses import replace
+
+    from engine.bench.runner import cell_passes
+    from engine.passes.choice import accelerator
+
+    gpu = replace(loaded, passes=accelerator(loaded.model, loaded.kinds))
+    (cell,) = parse_cells("on:round_costs=false")
+    assert cell.with_settings(loaded.family) == loaded.family  # an engine setting, not the family's
+    assert cell_passes(gpu, parse_cells("on")[0]).round_costs
+    bare = cell_passes(gpu, cell)
+    assert not bare.round_costs and bare.name != gpu.passes.name and bare.speculate_ahead
+    assert cell_passes(gpu, parse_cells("on:round_costs=true")[0]) is gpu.passes
+    assert cell_passes(loaded, cell) is loaded.passes

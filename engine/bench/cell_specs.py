@@ -21,9 +21,11 @@ run ahead after a drafting round, ``engine.rounds.run_ahead``), ``start_copies=f
 started in a round run ahead), ``probe_starts=false`` (no probe started there),
 ``fused_attention=false`` (CUDA's masked attention on MLX's own ops, not ``engine.model.lane_attention``)
 ``compile_alone=true|false`` (a lone stream's draft-free rounds compiled or not; by default
-where the attention is fused) and ``compile_drafts=true|false`` (an accelerator's drafting rounds
+where the attention is fused), ``compile_drafts=true|false`` (an accelerator's drafting rounds
 compiled, padded, or uncompiled at their planned width, priced and calibrated as such; by default
-as the passes choose: ``RoundPasses.draft_step``).
+as the passes choose: ``RoundPasses.draft_step``) and ``round_costs=true|false`` (an accelerator's
+cost model calibrated from passes timed as rounds run, a dropped round run ahead priced as one, or
+from bare passes, a dropped round priced as a one-row pass: ``engine.rounds.calibration``).
 """
 
 from __future__ import annotations
@@ -60,11 +62,12 @@ SETTINGS: Mapping[str, type] = MappingProxyType({
     "fused_attention": bool,
     "compile_alone": bool,
     "compile_drafts": bool,
+    "round_costs": bool,
 })
 INT_MINIMUM: Mapping[str, int] = MappingProxyType({"brief_match": 0})  # 0 turns it off; others start at 1
 # Not family settings: with_settings leaves them out.
 ENGINE_SETTINGS = ("context_cost", "generic_pass", "compiled", "prefill_pass", "continue_copies", "start_copies", "probe_starts",
-                   "fused_attention", "compile_alone", "compile_drafts")
+                   "fused_attention", "compile_alone", "compile_drafts", "round_costs")
 _TRUE, _FALSE = ("true", "on", "yes", "1"), ("false", "off", "no", "0")
 
 
@@ -134,6 +137,13 @@ class Cell:
         """Whether an accelerator's drafting rounds run compiled, padded, or as planned (None: as the
         passes choose)."""
         value = self.settings.get("compile_drafts")
+        return None if value is None else bool(value)
+
+    @property
+    def round_costs(self) -> bool | None:
+        """Whether an accelerator's costs are calibrated as rounds run or from bare passes (None: as
+        the passes choose)."""
+        value = self.settings.get("round_costs")
         return None if value is None else bool(value)
 
     def with_settings(self, family: Family) -> Family:

@@ -114,7 +114,7 @@ def run_mlx_lm_batch(loaded: LoadedModel, items: list[WorkItem], prompts: list[l
 def cell_passes(loaded: LoadedModel, cell: Cell) -> RoundPasses:
     """The passes a Lanes cell runs: the model's, the generic pass, or an accelerator's uncompiled,
     with MLX's own masked attention (and then a lone stream uncompiled), a lone stream compiled or
-    not, or drafting rounds compiled or not."""
+    not, drafting rounds compiled or not, or costs calibrated from bare passes or as rounds run."""
     if cell.generic_pass:
         return GENERIC
     passes = loaded.passes
@@ -128,6 +128,9 @@ def cell_passes(loaded: LoadedModel, cell: Cell) -> RoundPasses:
     if drafts is not None and passes.compiled is not None and drafts != passes.compile_drafts:  # calibrated apart
         passes = replace(passes, name=f"{passes.name}-drafts-{'compiled' if drafts else 'uncompiled'}",
                          compile_drafts=drafts)
+    rounds = cell.round_costs
+    if rounds is not None and passes.speculate_ahead and rounds != passes.round_costs:  # calibrated apart
+        passes = replace(passes, name=f"{passes.name}-{'round' if rounds else 'pass'}-costs", round_costs=rounds)
     return passes
 
 
@@ -230,13 +233,7 @@ def run_bench(
     """Each cell ``rounds`` times, alternated, after ``warmup`` unmeasured runs of every cell (on a
     GPU the first run of a shape compiles its kernels); greedy, or sampled (module docstring)."""
     prompts = prompts_for(loaded, items)
-    costs = _calibrated(loaded)
-    # Cells on other passes (generic, uncompiled) are priced by what those passes cost here.
-    by_passes = {loaded.passes.name: costs}
-    for p in (cell_passes(loaded, c) for c in cells):
-        if p.name not in by_passes:
-            by_passes[p.name] = _calibrated(replace(loaded, passes=p))
-    costs_of = {c.spec: by_passes[cell_passes(loaded, c).name] for c in cells}
+    costs, costs_of = cell_costs(loaded, cells)
     reference: dict[str, list[int]] | None = None
     results: dict[str, dict[str, Any]] = {c.spec: {"rounds": [], "cell": c} for c in cells}
     for w in range(warmup):
@@ -260,6 +257,17 @@ def run_bench(
     if sampling:
         out["sampling"] = {"temperature": sampling.temperature, "top_p": sampling.top_p}
     return out
+
+
+def cell_costs(loaded: LoadedModel, cells: list[Cell]) -> tuple[CostModel, dict[str, CostModel]]:
+    """The model's passes calibrated, and each cell's costs: cells on other passes (generic,
+    uncompiled, calibrated otherwise) are priced by what those passes cost here."""
+    costs = _calibrated(loaded)
+    by_passes = {loaded.passes.name: costs}
+    for p in (cell_passes(loaded, c) for c in cells):
+        if p.name not in by_passes:
+            by_passes[p.name] = _calibrated(replace(loaded, passes=p))
+    return costs, {c.spec: by_passes[cell_passes(loaded, c).name] for c in cells}
 
 
 def _calibrated(loaded: LoadedModel) -> CostModel:

@@ -62,6 +62,7 @@ class RoundPasses:
     fused_attention: bool = False  # masked attention as one kernel (engine.model.lane_attention: CUDA)
     compile_alone: bool = False  # a lone stream's draft-free rounds compiled too (with fused attention)
     compile_drafts: bool = False  # drafting rounds compiled too, padded to a multiple of CONTINUED_STEP rows
+    round_costs: bool = False  # calibrated as rounds run (engine.rounds.calibration): where they run ahead
 
     @property
     def compiled_draws(self) -> bool:
@@ -117,7 +118,7 @@ def padded_width(width: int, step: int = CONTINUED_STEP) -> int:
 
 
 GENERIC = RoundPasses("generic")
-ACCELERATOR = RoundPasses("generic-ahead", speculate_ahead=True)
+ACCELERATOR = RoundPasses("generic-ahead", speculate_ahead=True, round_costs=True)
 
 
 def llama_cpu(model: nn.Module) -> RoundPasses:
@@ -137,7 +138,7 @@ def accelerator(model: nn.Module, kinds: Sequence[LayerKind]) -> RoundPasses:
     if any(k.recurrent for k in kinds):
         return replace(ACCELERATOR, fused_attention=fused)
     return RoundPasses("compiled-ahead", speculate_ahead=True, compiled=CompiledPass(model), fused_attention=fused,
-                       compile_alone=fused, compile_drafts=True)
+                       compile_alone=fused, compile_drafts=True, round_costs=True)
 
 
 def choose(model: nn.Module, device: str, kinds: Sequence[LayerKind]) -> RoundPasses:

@@ -4,6 +4,17 @@ cost model (``engine.drafts.cost_model``) prices rows with what this device real
 A few shapes are timed at a long context too, to price each key of context first
 (``engine.drafts.context_cost``); the short timings are then folded in net of their context. The
 passes timed are the ones the rounds run (``LoadedModel.passes``).
+
+Where rounds run ahead (``RoundPasses.round_costs``: an accelerator's), a shape is timed as such a
+round runs, not as a bare pass: a round that did not run ahead queues the next one-row pass behind
+its own before its choices reach the host (``engine.rounds.run_ahead``), so on a host-bound GPU it
+pays two passes' building and dispatch, and the rounds observed later are timed that way too. A
+round run ahead pays one: ``CostModel.kept`` is timed as a chain of one-row passes, each queued
+before the one before it is read, and a drafting round that drops a round run ahead is charged
+that (the scheduler's ``dropping``), not a one-row round's two passes. Timed bare, a drafting round of 4 streams on an H100 was priced
+at a third of what it took and a round that did not run ahead at half, so drafting looked nearly
+free beside a round run ahead: e.g. 2 rows worth 0.9 tokens granted at 7.7 ms against 7.2 kept, in
+a round that took 22 (``scripts/round_trace.py``'s JSON, 2026-12-07).
 """
 
 from __future__ import annotations
@@ -46,6 +57,9 @@ def calibrate(sched: Scheduler, repeats: int = 2) -> None:
     ])
     for (batch, width), seconds in short.items():
         sched.costs.observe(batch, width, seconds, keys=CALIBRATION_KEYS)
+    if sched.passes.round_costs:
+        for batch in sorted({b for b, _ in CALIBRATION_SHAPES}):
+            sched.costs.observe_kept(batch, _time_chain(sched, short_ctx, batch, repeats))
     if sched.costs.grouped:
         for batch, width, wide in GROUPED_CALIBRATION_SHAPES:
             widths = [width] * wide + [1] * (batch - wide)
@@ -87,8 +101,48 @@ def _time_pass(sched: Scheduler, context: list[Any], widths: list[int], grouped:
         else:
             lanes.begin_round(width, fixed=width > 1 and sched.passes.draft_step > 1)  # as drafting rounds run
             logits = sched.passes.padded(sched.model, lanes, mx.zeros((len(widths), width), dtype=mx.int32))
-        if sched.passes.numpy_pass is None:
-            mx.eval(mx.argmax(logits, axis=-1))
-        best = min(best, time.perf_counter() - t0)
+        if sched.passes.round_costs:  # its successor queued behind it, read after the timing
+            choices = mx.argmax(logits, axis=-1)
+            successor = _queue_one_row(sched, lanes, choices)
+            mx.eval(choices)
+            best = min(best, time.perf_counter() - t0)
+            mx.eval(successor)
+        else:
+            if sched.passes.numpy_pass is None:
+                mx.eval(mx.argmax(logits, axis=-1))
+            best = min(best, time.perf_counter() - t0)
+        lanes.end_round()
+    return best
+
+
+def _queue_one_row(sched: Scheduler, lanes: Any, choices: mx.array) -> mx.array:
+    """Queue a one-row pass fed by ``choices`` (still on the device) behind the pass that makes them,
+    as a round queues the round run ahead after it; returns its choices, not yet computed."""
+    mx.async_eval(choices)
+    lanes.end_round()
+    lanes.begin_round(1)
+    nxt = mx.argmax(sched.passes.padded(sched.model, lanes, choices[:, :1].astype(mx.int32)), axis=-1)
+    mx.async_eval(nxt)
+    return nxt
+
+
+def _time_chain(sched: Scheduler, context: list[Any], batch: int, repeats: int, links: int = 4) -> float:
+    """Seconds a link of a chain of one-row passes takes, each queued before the one before it
+    is read (rounds run ahead, ``CostModel.kept``); the best of ``repeats`` chains of ``links``."""
+    lanes = sched.passes.lanes(sched.loaded.kinds)
+    for _ in range(batch):
+        lanes.add(context, length_of(context) or CALIBRATION_KEYS)
+    best = float("inf")
+    for _ in range(repeats + 1):
+        lanes.begin_round(1)
+        choices = mx.argmax(sched.passes.padded(sched.model, lanes, mx.zeros((batch, 1), dtype=mx.int32)), axis=-1)
+        mx.eval(choices)  # the chain starts from a pass already computed
+        t0 = time.perf_counter()
+        for _ in range(links):
+            nxt = _queue_one_row(sched, lanes, choices)
+            mx.eval(choices)
+            choices = nxt
+        best = min(best, (time.perf_counter() - t0) / links)
+        mx.eval(choices)
         lanes.end_round()
     return best

@@ -239,11 +239,13 @@ class Scheduler:
         if offers and not (self.ahead is not None and self.ahead.drafts is not None):  # those verify its drafts
             keys, batch, ahead = max(self.lanes.lengths), len(self.active), self.ahead is not None
             # Where draft-free rounds run ahead, one costs what such rounds take; a round already run
-            # ahead is kept at that price, or dropped: drafting then pays for its pass too.
+            # ahead is kept at that price, or dropped: drafting then pays for its pass too (in round
+            # costs, engine.rounds.calibration, a round run ahead's: a one-row round's holds two passes).
             keep = self.costs.kept(batch, keys) if ahead or self.passes.speculate_ahead else None
+            dropped = self.costs.kept(batch, keys) if self.passes.round_costs else self.costs.cost(batch, 1, keys=keys)
             alloc = allocate(offers, batch, partial(self.costs.cost, keys=keys), self.costs.overhead,
                              min_row_value=self.loaded.family.min_row_value, keep_seconds=keep,
-                             dropping=self.costs.cost(batch, 1, keys=keys) if ahead else 0.0)
+                             dropping=dropped if ahead else 0.0)
             rows = list(alloc.rows)
         else:
             rows = [0] * len(self.active)
