@@ -54,3 +54,42 @@ def test_passes_that_do_not_run_ahead_are_timed_bare(loaded) -> None:
     assert wide and all(PASSES[i + 1] != (PASSES[i][0], 1) for i in wide if i + 1 < len(PASSES))
     assert not any(PASSES[i : i + 5] == [(4, 1)] * 5 for i in range(len(PASSES)))  # no chain timed
     assert sched.costs.kept(4) == sched.costs.cost(4, 1)  # a round run ahead is priced as its pass, as before
+
+
+def dropped_rounds_priced(loaded: Any, chat_prompt: Any, passes: RoundPasses, monkeypatch: Any) -> list[tuple[float, float]]:
+    """Two copy-friendly replies on ``passes`` without starts (copies start only from the allocator,
+    dropping the draft-free round that ran ahead): for each drafting choice made with a round run
+    ahead, what drafting was charged for dropping it and what the calibration's units make it."""
+    import engine.rounds.scheduler as scheduler_mod
+    from engine.drafts.allocator import allocate as real
+    from engine.events import Request
+    from tests import prompts
+
+    priced: list[tuple[float, float]] = []
+    sched = Scheduler(replace(loaded, passes=passes), lambda e: None)
+
+    def allocate(offers: Any, batch: int, cost: Any, overhead: float, **kw: Any) -> Any:
+        if kw["dropping"]:
+            keys = max(sched.lanes.lengths)
+            due = sched.costs.kept(batch, keys) if passes.round_costs else sched.costs.cost(batch, 1, keys=keys)
+            priced.append((kw["dropping"], due))
+        return real(offers, batch, cost, overhead, **kw)
+
+    monkeypatch.setattr(scheduler_mod, "allocate", allocate)
+    sched.start_copies = False
+    for text in (prompts.COPY, prompts.CODE):
+        sched.submit(Request(prompt_tokens=tuple(chat_prompt(text)), max_tokens=48, own_copy_rates=False))
+    while sched.busy:
+        sched.step()
+    assert sched.aheads_dropped > 0
+    return priced
+
+
+def test_a_drafting_round_that_drops_a_round_run_ahead_pays_for_it_in_the_calibrations_units(
+        loaded, chat_prompt, monkeypatch) -> None:
+    """With costs of rounds as they run, the round run ahead that drafting drops costs what such a
+    round takes (``CostModel.kept``); with bare passes' costs, a one-row pass (a round that did not
+    run ahead holds two passes in the first, one in the second)."""
+    for passes in (ACCELERATOR, replace(ACCELERATOR, round_costs=False, name="bare")):
+        priced = dropped_rounds_priced(loaded, chat_prompt, passes, monkeypatch)
+        assert priced and all(paid == due for paid, due in priced)
