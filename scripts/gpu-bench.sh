@@ -28,6 +28,10 @@
 # and each quantized projection's kernel by rows, into OUT/widths.txt),
 # graphs (MLX's CUDA graphs, its default, against MLX_USE_CUDA_GRAPHS=0 in processes alternated on, off, off,
 # on: `pass_widths.py` at 1 and 4 streams into OUT/graphs.txt and copy-heavy at one stream, gpu-graphs<0|1>-<n>-1-copy-heavy.json),
+# buffers (the most kernels MLX records into one CUDA graph before launching it, MLX_MAX_OPS_PER_BUFFER: MLX's default
+# against BUFFER_OPS (default 200) in processes alternated default, set, set, default, copy-heavy at each of
+# BUFFER_STREAMS (default "1 4"), gpu-buffers<default|N>-<n>-<streams>-copy-heavy.json: a host that bounds each pass
+# pays per graph launched as well as per kernel, and mlx-lm's cells in the same process pay the same),
 # fused (`plain` and `on` against their cells with `fused_attention=false`, copy-heavy at 1 and 4 streams and no-copy at 4:
 # masked attention as one kernel, engine.model.lane_attention), alone (`plain` and `on` against `compile_alone=false`,
 # copy-heavy and no-copy at one stream: a lone stream's draft-free rounds compiled, engine.passes.compiled),
@@ -182,6 +186,20 @@ for step in $STEPS; do
           --steps "${WIDTH_STEPS:-40}" 2>&1 | grep -v "^MLX is running" | tee -a "$OUT/graphs.txt" || echo "(pass_widths.py failed or was cut)"
         MLX_USE_CUDA_GRAPHS=$g bench "graphs$g-$n-1-copy-heavy" copy-heavy --streams 1 --cells "${CELLS/mlx-lm-batch/mlx-lm}"
       done ;;
+    buffers)  # MLX's CUDA graphs of at most MLX_MAX_OPS_PER_BUFFER kernels: its default against BUFFER_OPS
+      ( unset MLX_MAX_OPS_PER_BUFFER  # "default" is MLX's own, whatever this shell was given
+        n=0
+        for b in default "${BUFFER_OPS:-200}" "${BUFFER_OPS:-200}" default; do
+          n=$((n + 1))
+          for k in ${BUFFER_STREAMS:-1 4}; do
+            cells=$CELLS && [ "$k" != 1 ] || cells=${CELLS/mlx-lm-batch/mlx-lm}
+            if [ "$b" = default ]; then
+              bench "buffers$b-$n-$k-copy-heavy" copy-heavy --streams "$k" --cells "$cells"
+            else
+              MLX_MAX_OPS_PER_BUFFER=$b bench "buffers$b-$n-$k-copy-heavy" copy-heavy --streams "$k" --cells "$cells"
+            fi
+          done
+        done ) ;;
     fused)  # masked attention as one kernel reading the lengths (the default on CUDA) or on MLX's own ops
       bench fused-1-copy-heavy copy-heavy --streams 1 --cells mlx-lm,plain,plain:fused_attention=false,on,on:fused_attention=false
       for w in copy-heavy no-copy; do

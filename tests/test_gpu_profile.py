@@ -440,3 +440,19 @@ def test_pass_widths_times_projections_in_the_dtype_the_model_computes_in() -> N
     assert model.model.layers[0].self_attn.q_proj.scales.dtype == mx.float16
     assert script.activation_dtype(model) == mx.float32
     assert script.activation_dtype(nn.Sequential(nn.Linear(2, 2))) is None
+
+
+def test_gpu_bench_runs_mlx_graphs_of_more_kernels_in_alternate_processes(tmp_path: Path) -> None:
+    """``gpu-bench.sh``'s ``buffers`` step: copy-heavy in four processes, MLX's own limit on kernels
+    a CUDA graph records, BUFFER_OPS, BUFFER_OPS, MLX's again (on a CPU the setting is read and
+    changes nothing), each run's JSON recording the setting it ran under, one given to the shell
+    left out of MLX's runs."""
+    done, out = _gpu_bench(tmp_path, STEPS="buffers", BUFFER_OPS="50", BUFFER_STREAMS="1", ROUNDS="1",
+                           MAX_TOKENS="4", CELLS="plain", MLX_MAX_OPS_PER_BUFFER="7")
+    assert done.returncode == 0, done.stderr[-2000:]
+    runs = {p.name: json.loads(p.read_text()) for p in out.glob("gpu-buffers*.json")}
+    assert sorted(runs) == sorted(f"gpu-buffers{b}-{n}-1-copy-heavy.json"
+                                  for n, b in enumerate(("default", "50", "50", "default"), start=1))
+    for name, r in runs.items():
+        assert r["machine"]["mlx_env"].get("MLX_MAX_OPS_PER_BUFFER") == (None if "default" in name else "50"), name
+        assert r["streams"] == 1 and set(r["cells"]) == {"plain"}
