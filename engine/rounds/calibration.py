@@ -11,10 +11,9 @@ its own before its choices reach the host (``engine.rounds.run_ahead``), so on a
 pays two passes' building and dispatch, and the rounds observed later are timed that way too. A
 round run ahead pays one: ``CostModel.kept`` is timed as a chain of one-row passes, each queued
 before the one before it is read, and a drafting round that drops a round run ahead is charged
-that (the scheduler's ``dropping``), not a one-row round's two passes. Timed bare, on an H100 a
-drafting round of 4 streams was priced at a third of what it took and a round that did not run
-ahead at half: e.g. 20 rows expected to land 11 were granted at a predicted 17.8 ms against 10.0
-for a round run ahead, in a round that took 30 (``scripts/round_trace.py``'s JSON, 2026-12-07).
+that (the scheduler's ``dropping``), not a one-row round's two passes. Timed bare, drafting rounds
+were priced far under what they took until rounds of their shape were observed, and one that
+drops a round run ahead never is (docs/engine.md, item 3, has the measurement).
 """
 
 from __future__ import annotations

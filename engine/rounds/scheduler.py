@@ -242,10 +242,10 @@ class Scheduler:
             # ahead is kept at that price, or dropped: drafting then pays for its pass too (in round
             # costs, engine.rounds.calibration, a round run ahead's: a one-row round's holds two passes).
             keep = self.costs.kept(batch, keys) if ahead or self.passes.speculate_ahead else None
-            dropped = self.costs.kept(batch, keys) if self.passes.round_costs else self.costs.cost(batch, 1, keys=keys)
+            dropping = 0.0 if not ahead else (
+                self.costs.kept(batch, keys) if self.passes.round_costs else self.costs.cost(batch, 1, keys=keys))
             alloc = allocate(offers, batch, partial(self.costs.cost, keys=keys), self.costs.overhead,
-                             min_row_value=self.loaded.family.min_row_value, keep_seconds=keep,
-                             dropping=dropped if ahead else 0.0)
+                             min_row_value=self.loaded.family.min_row_value, keep_seconds=keep, dropping=dropping)
             rows = list(alloc.rows)
         else:
             rows = [0] * len(self.active)
