@@ -1,7 +1,8 @@
 """One chat message: a read-only text view that grows to fit its text, so many can be stacked in a
 scroll area. It shows Markdown (Qt's importer, raw HTML off, fenced code coloured by pygments),
 optionally with each run of the source tinted by where it came from (``set_spans``: the tints of
-``app.theme.origin_background`` laid over the rendered text, placed by ``app.origin_overlay``)."""
+``app.theme.origin_background`` laid over the rendered text, placed by ``app.origin_overlay``). Text
+wraps to the view; a table wider than it (``app.markdown_tables``) scrolls sideways, alone."""
 
 from __future__ import annotations
 
@@ -39,6 +40,7 @@ from PySide6.QtGui import (
 )
 from PySide6.QtWidgets import QFrame, QSizePolicy, QTextBrowser, QToolTip, QWidget
 
+from app.markdown_tables import size_table_columns
 from app.origin_overlay import origin_runs
 from app.theme import ORIGIN_LABELS, code_background, code_font, is_dark, origin_background
 from engine.store.markdown_text import with_line_breaks
@@ -183,7 +185,8 @@ class CodeHighlighter(QSyntaxHighlighter):
 
 
 class MessageView(QTextBrowser):
-    """One chat message, sized to its text: no frame, no background, no scroll bars of its own."""
+    """One chat message, sized to its text: no frame, no background, no scroll bar of its own but a
+    sideways one under a table wider than the view."""
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -197,7 +200,7 @@ class MessageView(QTextBrowser):
         self.setReadOnly(True)
         self.setFrameShape(QFrame.Shape.NoFrame)
         self.viewport().setAutoFillBackground(False)
-        self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAsNeeded)
         self.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
         self.setWordWrapMode(QTextOption.WrapMode.WrapAtWordBoundaryOrAnywhere)
@@ -257,7 +260,19 @@ class MessageView(QTextBrowser):
         self._fit_height()
 
     def wheelEvent(self, event: QWheelEvent) -> None:
-        """Never scroll or zoom one message alone: the wheel belongs to the list around it."""
+        """Never scroll or zoom one message alone: the wheel belongs to the list around it, but for
+        a sideways swipe (or Shift and the wheel) over a table wider than the view."""
+        bar = self.horizontalScrollBar()
+        shift = bool(event.modifiers() & Qt.KeyboardModifier.ShiftModifier)
+        pixels, angle = event.pixelDelta(), event.angleDelta()
+        sideways = pixels.x() or (pixels.y() if shift else 0)
+        if not sideways:
+            notches = (angle.x() or (angle.y() if shift else 0)) / 120
+            sideways = round(notches * 3 * bar.singleStep())
+        if bar.maximum() > 0 and sideways:
+            bar.setValue(bar.value() - sideways)
+            event.accept()
+            return
         event.ignore()
 
     def focusInEvent(self, event: QFocusEvent) -> None:
@@ -285,6 +300,7 @@ class MessageView(QTextBrowser):
             try:
                 document.setMarkdown(with_line_breaks(self._source), MARKDOWN_FEATURES)
                 has_code = _style_code_blocks(document, self._dark)
+                size_table_columns(document)
                 if self._spans is not None:
                     _tint_origins(document, self._spans, self._dark)  # before the labels: they are not source
                 self.code_blocks = _label_code_blocks(document) if has_code else []
@@ -304,9 +320,11 @@ class MessageView(QTextBrowser):
 
     @contextmanager
     def _view_kept(self) -> Iterator[None]:
-        """Keep a selection the reader is making while the message is replaced under it."""
+        """Keep a selection the reader is making, and how far a wide table is scrolled sideways,
+        while the message is replaced under it."""
         cursor = self.textCursor()
         anchor, position = (cursor.anchor(), cursor.position()) if cursor.hasSelection() else (-1, -1)
+        sideways = self.horizontalScrollBar().value()
         yield
         if anchor >= 0:
             end = self.document().characterCount() - 1
@@ -315,18 +333,21 @@ class MessageView(QTextBrowser):
             cursor.setPosition(min(position, end), QTextCursor.MoveMode.KeepAnchor)
             self.setTextCursor(cursor)
         self._fit_height()
-        for bar in (self.verticalScrollBar(), self.horizontalScrollBar()):
-            if bar.value():
-                bar.setValue(0)
+        if self.verticalScrollBar().value():
+            self.verticalScrollBar().setValue(0)  # the message is as tall as its text: nothing to scroll
+        self.horizontalScrollBar().setValue(sideways)  # clamped to the new text's range
 
     def _content_height(self) -> int:
         margins, viewport = self.contentsMargins(), self.viewportMargins()
+        size = self.document().size()
+        wide = size.width() > self.viewport().width() + 0.5  # a table wider than the view: its bar shows
         return (
-            math.ceil(self.document().size().height())
+            math.ceil(size.height())
             + margins.top()
             + margins.bottom()
             + viewport.top()
             + viewport.bottom()
+            + (self.horizontalScrollBar().sizeHint().height() if wide else 0)
         )
 
     def _fit_height(self) -> None:
@@ -337,7 +358,7 @@ class MessageView(QTextBrowser):
 
 def _style_code_blocks(document: QTextDocument, dark: bool) -> bool:
     """Give code blocks (fenced and indented) the code font and a tint, and let long lines wrap
-    rather than be cut off (the view has no horizontal scroll bar). Returns whether there were any."""
+    rather than run off the view (only a table scrolls sideways). Returns whether there were any."""
     block_format = QTextBlockFormat()
     block_format.setBackground(code_background(dark))
     block_format.setNonBreakableLines(False)
