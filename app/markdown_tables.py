@@ -1,16 +1,18 @@
-"""Markdown tables laid out for reading: each column as wide as its widest line, up to a cap.
+"""Markdown tables laid out for reading: words kept whole, columns as wide as their text allows.
 
 Qt lays a table's columns out to fit the page, and a message wraps anywhere (a long token must not
 run off the view), so a table of many columns in a narrow window had columns one letter wide, its
-words broken letter by letter. Here each column gets a fixed width instead: its widest line
-unwrapped, or ``CAP_CHARS`` average characters where that is narrower (a longer cell wraps inside
-the column, at words). A table wider than the view then scrolls sideways
-(``app.message_view.MessageView``), as tables do on the web.
+words broken letter by letter. Here each column gets a fixed width, as a web browser's automatic
+table layout picks it: a column wants its widest line unwrapped (at most ``CAP_CHARS`` average
+characters: a longer cell wraps inside the column) and needs its longest word. Where every column's
+want fits the room, each gets it; where even the needs do not, each gets its need and the table
+scrolls sideways (``app.message_view.MessageView``); between, each column gets its need plus a
+share of the room left, in proportion to how much more it wants.
 
-Worked example, in a font whose average character is 7 px: a column whose cells read "name",
-"Ada" and "a long description of forty-one characters" (about 290 px unwrapped) gets
-``min(290, 36 * 7) = 252`` px plus the cells' padding and border; a column of "id", "1", "2" gets
-its widest line, "id", plus the same.
+Worked example (``column_widths``), 300 px of room (the cells' padding and borders taken out):
+columns wanting 50, 200 and 150 px (400 in all) and needing 30, 60 and 60 (150) share the 150 px
+left over their 250 px of want beyond need: 0.6 of each column's extra, so 30 + 12 = 42,
+60 + 84 = 144 and 60 + 54 = 114, which fill the 300.
 """
 
 from __future__ import annotations
@@ -22,14 +24,22 @@ from PySide6.QtGui import QFont, QFontMetricsF, QTextDocument, QTextFrame, QText
 CAP_CHARS = 36  # a column wider than this wraps inside: a sentence stays readable, a table compact
 
 
-def column_width(line_widths: list[float], cap: float) -> float:
-    """A column's text width: its widest line, at most ``cap`` (0 for a column of empty cells)."""
-    return min(max(line_widths, default=0.0), cap)
+def column_widths(wants: list[float], needs: list[float], room: float) -> list[float]:
+    """Each column's text width (module docstring): ``wants`` where they fit in ``room``, ``needs``
+    where those do not, else each need plus the same fraction of its want beyond it."""
+    needs = [min(n, w) for n, w in zip(needs, wants, strict=True)]
+    if sum(wants) <= room:
+        return list(wants)
+    extra = sum(wants) - sum(needs)
+    if sum(needs) >= room or extra <= 0:
+        return needs
+    share = (room - sum(needs)) / extra
+    return [n + share * (w - n) for n, w in zip(needs, wants, strict=True)]
 
 
 def size_table_columns(document: QTextDocument) -> bool:
-    """Fix the column widths of every table in ``document`` (module docstring); returns whether it
-    has any."""
+    """Fix the column widths of every table in ``document`` for its text width (module docstring);
+    returns whether it has any. Call again when that width changes."""
     tables = list(_tables(document.rootFrame()))
     if not tables:
         return False
@@ -38,10 +48,21 @@ def size_table_columns(document: QTextDocument) -> bool:
     for table in tables:
         fmt = table.format()
         edges = 2 * (fmt.cellPadding() + fmt.border()) + 1  # a cell's padding and border each side
-        widths = [column_width(_line_widths(document, table, column, base), cap) + edges
-                  for column in range(table.columns())]
-        fmt.setColumnWidthConstraints([QTextLength(QTextLength.Type.FixedLength, w) for w in widths])
-        table.setFormat(fmt)
+        room = document.textWidth() - 2 * document.documentMargin() - table.columns() * edges
+        wants, needs = [], []
+        for column in range(table.columns()):
+            lines, words = _measure(document, table, column, base)
+            wants.append(min(lines, cap))
+            needs.append(words)
+        for _ in range(2):  # the second time less the frame's own overhang, where it overhung
+            widths = column_widths(wants, needs, room)
+            fmt.setColumnWidthConstraints([QTextLength(QTextLength.Type.FixedLength, w + edges) for w in widths])
+            table.setFormat(fmt)
+            frame = document.documentLayout().frameBoundingRect(table)
+            over = frame.right() - (document.textWidth() - document.documentMargin())
+            if over <= 0.5 or widths == needs:
+                break
+            room -= over
     return True
 
 
@@ -52,21 +73,23 @@ def _tables(frame: QTextFrame) -> Iterator[QTextTable]:
         yield from _tables(child)
 
 
-def _line_widths(document: QTextDocument, table: QTextTable, column: int, base: QFont) -> list[float]:
-    """The unwrapped width of each paragraph in ``column``'s cells, in each fragment's own font."""
-    widths = []
+def _measure(document: QTextDocument, table: QTextTable, column: int, base: QFont) -> tuple[float, float]:
+    """The widest unwrapped paragraph and the widest word of ``column``'s cells, each fragment in
+    its own font (a header's bold is wider)."""
+    widest_line = widest_word = 0.0
     for row in range(table.rows()):
         cell = table.cellAt(row, column)
         if cell.column() != column:  # a cell spanning from a column to the left
             continue
         block = document.findBlock(cell.firstPosition())
         while block.isValid() and block.position() <= cell.lastPosition():
-            width, it = 0.0, block.begin()
+            line, it = 0.0, block.begin()
             while not it.atEnd():
                 fragment = it.fragment()
-                font = fragment.charFormat().font().resolve(base)
-                width += QFontMetricsF(font).horizontalAdvance(fragment.text())
+                metrics = QFontMetricsF(fragment.charFormat().font().resolve(base))
+                line += metrics.horizontalAdvance(fragment.text())
+                widest_word = max([widest_word, *(metrics.horizontalAdvance(w) for w in fragment.text().split())])
                 it += 1
-            widths.append(width)
+            widest_line = max(widest_line, line)
             block = block.next()
-    return widths
+    return widest_line, widest_word

@@ -192,6 +192,7 @@ class MessageView(QTextBrowser):
         super().__init__(parent)
         self._source = ""
         self._spans: list[tuple[str, str]] | None = None  # None: no origins to tint
+        self._has_tables = False
         self._dark = is_dark(self)
         document = self.document()
         document.setUndoRedoEnabled(False)  # streaming would otherwise pile up undo steps
@@ -257,6 +258,8 @@ class MessageView(QTextBrowser):
 
     def resizeEvent(self, event: QResizeEvent) -> None:
         super().resizeEvent(event)
+        if self._has_tables and event.size().width() != event.oldSize().width():
+            size_table_columns(self.document())  # their room changed
         self._fit_height()
 
     def wheelEvent(self, event: QWheelEvent) -> None:
@@ -300,7 +303,7 @@ class MessageView(QTextBrowser):
             try:
                 document.setMarkdown(with_line_breaks(self._source), MARKDOWN_FEATURES)
                 has_code = _style_code_blocks(document, self._dark)
-                size_table_columns(document)
+                self._has_tables = size_table_columns(document)
                 if self._spans is not None:
                     _tint_origins(document, self._spans, self._dark)  # before the labels: they are not source
                 self.code_blocks = _label_code_blocks(document) if has_code else []
@@ -326,12 +329,12 @@ class MessageView(QTextBrowser):
         anchor, position = (cursor.anchor(), cursor.position()) if cursor.hasSelection() else (-1, -1)
         sideways = self.horizontalScrollBar().value()
         yield
+        end = self.document().characterCount() - 1
+        cursor = QTextCursor(self.document())  # at the start, else the view scrolls to show the caret
         if anchor >= 0:
-            end = self.document().characterCount() - 1
-            cursor = QTextCursor(self.document())
             cursor.setPosition(min(anchor, end))
             cursor.setPosition(min(position, end), QTextCursor.MoveMode.KeepAnchor)
-            self.setTextCursor(cursor)
+        self.setTextCursor(cursor)
         self._fit_height()
         if self.verticalScrollBar().value():
             self.verticalScrollBar().setValue(0)  # the message is as tall as its text: nothing to scroll

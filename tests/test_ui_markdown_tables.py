@@ -1,6 +1,6 @@
 """Markdown tables in a message (app.markdown_tables, app.message_view), on the real offscreen Qt:
-columns as wide as their text up to a cap, words kept whole, a table wider than the view scrolling
-sideways on its own while the text around it wraps to the view."""
+words kept whole, columns as wide as the room allows, a table whose words cannot fit scrolling
+sideways while the text around it wraps to the view."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from PySide6.QtCore import QPoint, QPointF, Qt
 from PySide6.QtGui import QFontMetricsF, QTextBlock, QTextTable, QWheelEvent
 from PySide6.QtWidgets import QApplication
 
-from app.markdown_tables import CAP_CHARS, column_width
+from app.markdown_tables import CAP_CHARS, column_widths
 from app.message_view import MessageView
 from tests.test_ui_message_view import stacked_view
 
@@ -45,10 +45,35 @@ def lines(block: QTextBlock) -> list[str]:
             for i in range(layout.lineCount())]
 
 
-def test_column_width_is_the_widest_line_up_to_the_cap() -> None:
-    assert column_width([12.0, 40.0, 25.5], cap=100.0) == 40.0
-    assert column_width([12.0, 400.0], cap=100.0) == 100.0
-    assert column_width([], cap=100.0) == 0.0  # a column of empty cells: padding only
+def test_column_widths_share_the_room_as_the_docstring_works_it() -> None:
+    assert column_widths([50, 200, 150], [30, 60, 60], room=300) == pytest.approx([42, 144, 114])
+    assert column_widths([50, 200, 150], [30, 60, 60], room=500) == [50, 200, 150]  # all fit
+    assert column_widths([50, 200, 150], [30, 60, 60], room=100) == [30, 60, 60]  # scrolls
+    assert column_widths([0, 20], [0, 80], room=10) == [0, 20]  # a need past the cap: broken there
+
+
+def table_width(view: MessageView) -> float:
+    return view.document().documentLayout().frameBoundingRect(table_of(view)).width()
+
+
+def test_a_table_narrows_its_columns_to_the_room_before_it_scrolls(view: MessageView, qtbot) -> None:
+    # This table's columns want ~715 px at the test font, their longest words ~540.
+    view.window().resize(1000, 300)
+    view.set_markdown(WIDE)
+    qtbot.waitUntil(lambda: view.viewport().width() > 900)
+    assert view.horizontalScrollBar().maximum() == 0
+    natural = table_width(view)
+    assert natural < view.viewport().width() - 100  # each column its want: no stretching
+    assert all(len(lines(cell_block(view, 1, c))) == 1 for c in range(len(HEADS) - 1))
+    view.window().resize(700, 300)  # room for the words, not for every want
+    qtbot.waitUntil(lambda: table_width(view) < natural)
+    assert view.horizontalScrollBar().maximum() == 0
+    assert view.viewport().width() - 20 < table_width(view) <= view.viewport().width()  # it fills the room
+    notes = lines(cell_block(view, 1, len(HEADS) - 1))
+    assert len(notes) > 1 and all(line.endswith(" ") for line in notes[:-1])
+    view.window().resize(420, 300)  # narrower than the words need: it scrolls
+    qtbot.waitUntil(lambda: view.horizontalScrollBar().maximum() > 0)
+    assert [lines(cell_block(view, 0, c)) for c in range(len(HEADS))] == [[h] for h in HEADS]
 
 
 def test_a_wide_table_keeps_its_words_and_scrolls_sideways(view: MessageView, qtbot) -> None:
@@ -56,8 +81,9 @@ def test_a_wide_table_keeps_its_words_and_scrolls_sideways(view: MessageView, qt
     qtbot.waitUntil(lambda: view.horizontalScrollBar().maximum() > 0)
     for column, word in enumerate(HEADS):  # before, eight columns in 420 px broke these letter by letter
         assert lines(cell_block(view, 0, column)) == [word]
-    for column in range(len(HEADS) - 1):
-        assert len(lines(cell_block(view, 1, column))) == 1
+    for column, text in enumerate(ROW):  # cells wrap at spaces only
+        assert "".join(parts := lines(cell_block(view, 1, column))) == text
+        assert all(line.endswith(" ") for line in parts[:-1])
     after = view.document().lastBlock()
     assert after.text() == AFTER and len(lines(after)) > 1  # the text still wraps to the view
     assert after.layout().boundingRect().width() <= view.viewport().width()
@@ -106,6 +132,13 @@ def test_sideways_wheel_scrolls_a_wide_table_and_streaming_keeps_it(view: Messag
     kept = bar.value()
     view.set_markdown(WIDE + " More streamed words.")
     assert bar.value() == kept  # a streamed token does not throw the reader back to the left
+
+
+def test_a_new_wide_table_shows_its_first_column(view: MessageView, qtbot) -> None:
+    view.set_markdown("Before.\n\n" + WIDE.split("\n\n")[1])  # the table last: the caret's end is its last cell
+    qtbot.waitUntil(lambda: view.horizontalScrollBar().maximum() > 0)
+    qtbot.wait(20)
+    assert view.horizontalScrollBar().value() == 0
 
 
 def test_a_plain_message_never_scrolls_sideways(view: MessageView) -> None:
