@@ -239,8 +239,12 @@ h2 { font-size: 1.15rem; margin: 2.5rem 0 .5rem; }
 .text pre { background: var(--user); border-radius: 8px; padding: .6rem .85rem; overflow-x: auto;
   font: 14px/1.45 ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; white-space: pre; }
 .text code { font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; font-size: .92em; }
-.text table { border-collapse: collapse; margin: .6rem 0; }
-.text th, .text td { border: 1px solid var(--line); padding: .25rem .6rem; text-align: left; }
+/* a cell breaks at words only (with "anywhere" a wide table squeezed its columns to a letter): a
+   table wider than the page scrolls sideways instead */
+.text table { border-collapse: collapse; margin: .6rem 0; display: block; max-width: 100%;
+  overflow-x: auto; }
+.text th, .text td { border: 1px solid var(--line); padding: .25rem .6rem; text-align: left;
+  overflow-wrap: normal; }
 .system .text { white-space: pre-wrap; }
 .user .text, .system .text { background: var(--user); border-radius: 10px; padding: .6rem .85rem; }
 .mark { color: var(--warn); font-weight: 600; text-transform: none; letter-spacing: 0; }
