@@ -18,10 +18,15 @@ left over their 250 px of want beyond need: 0.6 of each column's extra, so 30 + 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from functools import lru_cache
 
 from PySide6.QtGui import QFont, QFontMetricsF, QTextDocument, QTextFrame, QTextLength, QTextTable
 
 CAP_CHARS = 36  # a column wider than this wraps inside: a sentence stays readable, a table compact
+# From the page's left edge to a table's right edge, beyond its columns' widths, by table shape
+# (border, padding, collapsed, columns): Qt places a table a few pixels in from its margin.
+_OUTSIDE: dict[tuple[float, float, bool, int], float] = {}
+_METRICS: dict[str, QFontMetricsF] = {}
 
 
 def column_widths(wants: list[float], needs: list[float], room: float) -> list[float]:
@@ -48,22 +53,29 @@ def size_table_columns(document: QTextDocument) -> bool:
     for table in tables:
         fmt = table.format()
         edges = 2 * (fmt.cellPadding() + fmt.border()) + 1  # a cell's padding and border each side
-        room = document.textWidth() - 2 * document.documentMargin() - table.columns() * edges
         wants, needs = [], []
         for column in range(table.columns()):
             lines, words = _measure(document, table, column, base)
             wants.append(min(lines, cap))
             needs.append(words)
-        for _ in range(2):  # the second time less the frame's own overhang, where it overhung
-            widths = column_widths(wants, needs, room)
-            fmt.setColumnWidthConstraints([QTextLength(QTextLength.Type.FixedLength, w + edges) for w in widths])
-            table.setFormat(fmt)
+        shape = (fmt.border(), fmt.cellPadding(), fmt.borderCollapse(), table.columns())
+        outside = _OUTSIDE.get(shape)
+        room = document.textWidth() - document.documentMargin() - (outside or document.documentMargin())
+        widths = column_widths(wants, needs, room - table.columns() * edges)
+        _set_widths(table, [w + edges for w in widths])
+        if outside is None:  # learn where the frame sits (a layout now); its next render fits exactly
             frame = document.documentLayout().frameBoundingRect(table)
-            over = frame.right() - (document.textWidth() - document.documentMargin())
-            if over <= 0.5 or widths == needs:
+            _OUTSIDE[shape] = frame.right() - sum(w + edges for w in widths)
+            if frame.right() > document.textWidth() - document.documentMargin() + 0.5 and widths != needs:
+                size_table_columns(document)
                 break
-            room -= over
     return True
+
+
+def _set_widths(table: QTextTable, widths: list[float]) -> None:
+    fmt = table.format()
+    fmt.setColumnWidthConstraints([QTextLength(QTextLength.Type.FixedLength, w) for w in widths])
+    table.setFormat(fmt)
 
 
 def _tables(frame: QTextFrame) -> Iterator[QTextTable]:
@@ -86,10 +98,18 @@ def _measure(document: QTextDocument, table: QTextTable, column: int, base: QFon
             line, it = 0.0, block.begin()
             while not it.atEnd():
                 fragment = it.fragment()
-                metrics = QFontMetricsF(fragment.charFormat().font().resolve(base))
-                line += metrics.horizontalAdvance(fragment.text())
-                widest_word = max([widest_word, *(metrics.horizontalAdvance(w) for w in fragment.text().split())])
+                font = fragment.charFormat().font().resolve(base)
+                key = font.key()
+                if key not in _METRICS:
+                    _METRICS[key] = QFontMetricsF(font)
+                line += _advance(key, fragment.text())
+                widest_word = max([widest_word, *(_advance(key, w) for w in fragment.text().split())])
                 it += 1
             widest_line = max(widest_line, line)
             block = block.next()
     return widest_line, widest_word
+
+
+@lru_cache(maxsize=8192)  # a streamed table is measured again at every token: its cells repeat
+def _advance(font_key: str, text: str) -> float:
+    return _METRICS[font_key].horizontalAdvance(text)
