@@ -7,7 +7,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from PySide6.QtCore import QMimeData, Qt, QTimer, Signal
-from PySide6.QtGui import QGuiApplication, QKeyEvent, QResizeEvent
+from PySide6.QtGui import QGuiApplication, QKeyEvent, QPainter, QPaintEvent, QResizeEvent
 from PySide6.QtWidgets import (
     QFrame,
     QHBoxLayout,
@@ -50,8 +50,6 @@ class MessageWidget(QFrame):
         self.message = message
         self._spans_for = spans_for
         self.setObjectName(f"message-{message.role}")
-        if message.role == "user":  # the person's own turns sit on a soft tint, replies on the page
-            self.setStyleSheet("QFrame#message-user { background: palette(alternate-base); border-radius: 10px; }")
         self.who = QLabel(ROLE_NAMES.get(message.role, message.role))
         self.who.setStyleSheet("font-weight: 600;")
         self.when = QLabel()  # when it was written: a time today, else a date and time
@@ -65,9 +63,8 @@ class MessageWidget(QFrame):
         self.thinking_button.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextBesideIcon)
         self.thinking_button.setAccessibleName("Show the model's thinking")
         self.thinking_button.toggled.connect(self._show_thinking)
-        self.thinking = MessageView()
+        self.thinking = MessageView(muted=True)
         self.thinking.setAccessibleName("The model's thinking")
-        self.thinking.setStyleSheet("color: palette(placeholder-text);")
         self.thinking_button.hide()
         self.thinking.hide()
         self.stats = QLabel()
@@ -161,6 +158,18 @@ class MessageWidget(QFrame):
         self.newer_button.setEnabled(message.version < message.versions)
         self.older_button.setToolTip(f"Version {message.version - 1} of {message.versions}")
         self.newer_button.setToolTip(f"Version {message.version + 1} of {message.versions}")
+
+    def paintEvent(self, event: QPaintEvent) -> None:
+        """The person's own turns sit on a soft tint, replies on the page. Painted, not a style
+        sheet: one would stop the chat's zoom (a font set on the chat) from reaching the message."""
+        if self.message.role == "user":
+            painter = QPainter(self)
+            painter.setRenderHint(QPainter.RenderHint.Antialiasing)
+            painter.setPen(Qt.PenStyle.NoPen)
+            painter.setBrush(self.palette().alternateBase())
+            painter.drawRoundedRect(self.rect(), 10, 10)
+            painter.end()
+        super().paintEvent(event)
 
     @property
     def can_continue(self) -> bool:

@@ -27,6 +27,7 @@ from PySide6.QtGui import (
     QGuiApplication,
     QImage,
     QKeyEvent,
+    QPalette,
     QResizeEvent,
     QSyntaxHighlighter,
     QTextBlock,
@@ -188,8 +189,9 @@ class MessageView(QTextBrowser):
     """One chat message, sized to its text: no frame, no background, no scroll bar of its own but a
     sideways one under a table wider than the view."""
 
-    def __init__(self, parent: QWidget | None = None) -> None:
+    def __init__(self, parent: QWidget | None = None, muted: bool = False) -> None:
         super().__init__(parent)
+        self._muted = muted  # text in the palette's placeholder colour (a model's thinking)
         self._source = ""
         self._spans: list[tuple[str, str]] | None = None  # None: no origins to tint
         self._has_tables = False
@@ -216,7 +218,17 @@ class MessageView(QTextBrowser):
         document.documentLayout().documentSizeChanged.connect(self._fit_height)
         self.setAccessibleName("Message text")
         self.setAccessibleDescription("The text of one chat message; select it to copy part of it")
+        self._mute()
         self._fit_height()
+
+    def _mute(self) -> None:
+        """A muted view's text colour, from the palette (not a style sheet: one would stop the
+        chat's zoom, a font set on the chat, from reaching this view)."""
+        palette = self.palette()
+        muted = palette.color(QPalette.ColorRole.PlaceholderText)
+        if self._muted and palette.color(QPalette.ColorRole.Text) != muted:
+            palette.setColor(QPalette.ColorRole.Text, muted)
+            self.setPalette(palette)
 
     def set_markdown(self, text: str) -> None:
         """Show ``text`` as GitHub-flavoured Markdown; raw HTML stays literal text. Cheap enough to call
@@ -249,8 +261,11 @@ class MessageView(QTextBrowser):
 
     def changeEvent(self, event: QEvent) -> None:
         super().changeEvent(event)
+        if event.type() == QEvent.Type.FontChange and getattr(self, "_has_tables", False):
+            size_table_columns(self.document())  # a zoom: the columns' words changed width
         palette_change = event.type() in (QEvent.Type.PaletteChange, QEvent.Type.ApplicationPaletteChange)
         if palette_change and hasattr(self, "_highlighter"):  # not while QTextBrowser is still being built
+            self._mute()
             dark = is_dark(self)
             if dark != self._dark:
                 self._dark = self._highlighter.dark = dark

@@ -145,3 +145,15 @@ def test_a_plain_message_never_scrolls_sideways(view: MessageView) -> None:
     view.set_markdown("Words " * 200)
     assert view.horizontalScrollBar().maximum() == 0
     assert not wheel(view, QPoint(-120, 0), Qt.KeyboardModifier.NoModifier)
+
+
+def test_a_zoom_sizes_the_columns_again(view: MessageView, qtbot) -> None:
+    view.window().resize(1000, 300)
+    view.set_markdown(WIDE)
+    qtbot.waitUntil(lambda: view.viewport().width() > 900)
+    before = table_width(view)
+    font = view.font()
+    font.setPointSizeF(font.pointSizeF() * 1.5)
+    view.window().setFont(font)  # as View > Zoom In sets the chat's font
+    qtbot.waitUntil(lambda: table_width(view) > before * 1.1)  # words 1.5x as wide: more room taken
+    assert [lines(cell_block(view, 0, c)) for c in range(len(HEADS))] == [[h] for h in HEADS]

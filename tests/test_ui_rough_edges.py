@@ -495,6 +495,31 @@ def test_messages_show_when_they_were_written(qtbot) -> None:
     assert w.when.text() == "9 Mar 2025 08:30" and "2025" in w.when.toolTip()
 
 
+def test_your_turns_sit_on_a_tint_and_thinking_is_muted_in_light_and_dark(qtbot) -> None:
+    from PySide6.QtGui import QPalette
+
+    from app.chat_view import MessageWidget
+    from engine.store.records import Message
+    from tests.test_ui_message_view import dark_palette
+
+    user = MessageWidget(Message(1, 1, "user", "hi"), lambda m: [], False)
+    reply = MessageWidget(Message(2, 1, "assistant", "<think>Hmm.</think>Hello"), lambda m: [], False)
+    for w in (user, reply):
+        qtbot.addWidget(w)
+        w.resize(300, 80)
+        w.show()
+    for palette in (QPalette(), dark_palette()):
+        for w in (user, reply):
+            w.setPalette(palette)
+        tint, page = user.palette().color(QPalette.ColorRole.AlternateBase), reply.palette().color(QPalette.ColorRole.Window)
+        assert user.grab().toImage().pixelColor(20, 4) == tint  # inside the rounded corner's reach
+        assert reply.grab().toImage().pixelColor(20, 4) != tint
+        thinking = reply.thinking.palette()
+        assert thinking.color(QPalette.ColorRole.Text) == thinking.color(QPalette.ColorRole.PlaceholderText)
+        assert reply.view.palette().color(QPalette.ColorRole.Text) != thinking.color(QPalette.ColorRole.Text)
+        assert tint != page
+
+
 def test_zoom_changes_the_chats_text_size_and_is_remembered(qtbot, make_window, tmp_path: Path) -> None:
     from app.preferences import load_preferences
 
@@ -507,8 +532,12 @@ def test_zoom_changes_the_chats_text_size_and_is_remembered(qtbot, make_window, 
     assert w.prefs.text_scale == 1.21 and abs(w.composer.font().pointSizeF() - base * 1.21) < 0.01
     w.send("hello")
     wait_reply_saved(qtbot, w)
-    assert abs(w.chat.widgets[-1].view.font().pointSizeF() - base * 1.21) < 0.01  # new messages too
+    views = [v for m in w.chat.widgets for v in (m.view, m.thinking)]
+    assert [m.message.role for m in w.chat.widgets] == ["user", "assistant"]
+    assert all(abs(v.font().pointSizeF() - base * 1.21) < 0.01 for v in views)  # new messages too, yours too
     assert load_preferences(tmp_path / "prefs.json")[0].text_scale == 1.21
+    next(a for a in w._menus["&View"].actions() if a.text() == "Zoom Out").trigger()
+    assert all(abs(v.font().pointSizeF() - base * 1.1) < 0.01 for v in views)  # and those already shown
     next(a for a in w._menus["&View"].actions() if a.text() == "Actual Size").trigger()
     assert w.prefs.text_scale == 1.0 and abs(w.composer.font().pointSizeF() - base) < 0.01
 
