@@ -20,13 +20,20 @@ from __future__ import annotations
 from collections.abc import Iterator
 from functools import lru_cache
 
-from PySide6.QtGui import QFont, QFontMetricsF, QTextDocument, QTextFrame, QTextLength, QTextTable
+from PySide6.QtGui import (
+    QFont,
+    QFontMetricsF,
+    QTextCursor,
+    QTextDocument,
+    QTextFrame,
+    QTextLength,
+    QTextTable,
+    QTextTableFormat,
+)
 
 CAP_CHARS = 36  # a column wider than this wraps inside: a sentence stays readable, a table compact
-# From the page's left edge to a table's right edge, beyond its columns' widths, by table shape
-# (border, padding, collapsed, columns): Qt places a table a few pixels in from its margin.
-_OUTSIDE: dict[tuple[float, float, bool, int], float] = {}
 _METRICS: dict[str, QFontMetricsF] = {}
+_OUTSIDE: dict[tuple[float, float, bool, int, float], float] = {}  # by table shape: see _outside
 
 
 def column_widths(wants: list[float], needs: list[float], room: float) -> list[float]:
@@ -42,9 +49,9 @@ def column_widths(wants: list[float], needs: list[float], room: float) -> list[f
     return [n + share * (w - n) for n, w in zip(needs, wants, strict=True)]
 
 
-def size_table_columns(document: QTextDocument) -> bool:
-    """Fix the column widths of every table in ``document`` for its text width (module docstring);
-    returns whether it has any. Call again when that width changes."""
+def size_table_columns(document: QTextDocument, width: float) -> bool:
+    """Fix the column widths of every table in ``document`` for laying it out ``width`` wide (module
+    docstring); returns whether it has any. Call again when that width or the font changes."""
     tables = list(_tables(document.rootFrame()))
     if not tables:
         return False
@@ -58,24 +65,30 @@ def size_table_columns(document: QTextDocument) -> bool:
             lines, words = _measure(document, table, column, base)
             wants.append(min(lines, cap))
             needs.append(words)
-        shape = (fmt.border(), fmt.cellPadding(), fmt.borderCollapse(), table.columns())
-        outside = _OUTSIDE.get(shape)
-        room = document.textWidth() - document.documentMargin() - (outside or document.documentMargin())
-        widths = column_widths(wants, needs, room - table.columns() * edges)
-        _set_widths(table, [w + edges for w in widths])
-        if outside is None:  # learn where the frame sits (a layout now); its next render fits exactly
-            frame = document.documentLayout().frameBoundingRect(table)
-            _OUTSIDE[shape] = frame.right() - sum(w + edges for w in widths)
-            if frame.right() > document.textWidth() - document.documentMargin() + 0.5 and widths != needs:
-                size_table_columns(document)
-                break
+        room = width - _outside(fmt, table.columns(), document.documentMargin()) - table.columns() * edges
+        widths = column_widths(wants, needs, room - document.documentMargin())
+        fmt.setColumnWidthConstraints([QTextLength(QTextLength.Type.FixedLength, w + edges) for w in widths])
+        table.setFormat(fmt)
     return True
 
 
-def _set_widths(table: QTextTable, widths: list[float]) -> None:
-    fmt = table.format()
-    fmt.setColumnWidthConstraints([QTextLength(QTextLength.Type.FixedLength, w) for w in widths])
-    table.setFormat(fmt)
+def _probe(fmt: QTextTableFormat, columns: int, margin: float) -> float:
+    probe = QTextDocument()
+    probe.setDocumentMargin(margin)
+    probe.setTextWidth(100_000)  # room for any table: nothing squeezed
+    fmt = QTextTableFormat(fmt)
+    fmt.setColumnWidthConstraints([QTextLength(QTextLength.Type.FixedLength, 50)] * columns)
+    table = QTextCursor(probe).insertTable(1, columns, fmt)
+    return probe.documentLayout().frameBoundingRect(table).right() - 50 * columns
+
+
+def _outside(fmt: QTextTableFormat, columns: int, margin: float) -> float:
+    """From the page's left edge to a table's right edge, beyond its columns' widths: Qt places a
+    table a few pixels in from the document's margin. Laid out once per shape in a probe document."""
+    key = (fmt.border(), fmt.cellPadding(), fmt.borderCollapse(), columns, margin)
+    if key not in _OUTSIDE:
+        _OUTSIDE[key] = _probe(fmt, columns, margin)
+    return _OUTSIDE[key]
 
 
 def _tables(frame: QTextFrame) -> Iterator[QTextTable]:

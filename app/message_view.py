@@ -195,6 +195,7 @@ class MessageView(QTextBrowser):
         self._source = ""
         self._spans: list[tuple[str, str]] | None = None  # None: no origins to tint
         self._has_tables = False
+        self._tables_width = 0  # the text width the tables were last sized for
         self._dark = is_dark(self)
         document = self.document()
         document.setUndoRedoEnabled(False)  # streaming would otherwise pile up undo steps
@@ -262,7 +263,7 @@ class MessageView(QTextBrowser):
     def changeEvent(self, event: QEvent) -> None:
         super().changeEvent(event)
         if event.type() == QEvent.Type.FontChange and getattr(self, "_has_tables", False):
-            size_table_columns(self.document())  # a zoom: the columns' words changed width
+            self._size_tables()  # a zoom: the columns' words changed width
         palette_change = event.type() in (QEvent.Type.PaletteChange, QEvent.Type.ApplicationPaletteChange)
         if palette_change and hasattr(self, "_highlighter"):  # not while QTextBrowser is still being built
             self._mute()
@@ -273,8 +274,8 @@ class MessageView(QTextBrowser):
 
     def resizeEvent(self, event: QResizeEvent) -> None:
         super().resizeEvent(event)
-        if self._has_tables and event.size().width() != event.oldSize().width():
-            size_table_columns(self.document())  # their room changed
+        if self._has_tables and self.viewport().width() != self._tables_width:
+            self._size_tables()  # their room changed
         self._fit_height()
 
     def wheelEvent(self, event: QWheelEvent) -> None:
@@ -318,7 +319,7 @@ class MessageView(QTextBrowser):
             try:
                 document.setMarkdown(with_line_breaks(self._source), MARKDOWN_FEATURES)
                 has_code = _style_code_blocks(document, self._dark)
-                self._has_tables = size_table_columns(document)
+                self._has_tables = self._size_tables()
                 if self._spans is not None:
                     _tint_origins(document, self._spans, self._dark)  # before the labels: they are not source
                 self.code_blocks = _label_code_blocks(document) if has_code else []
@@ -326,6 +327,12 @@ class MessageView(QTextBrowser):
                 self._highlighter.suspended = False
             if has_code:
                 self._highlighter.rehighlight()
+
+    def _size_tables(self) -> bool:
+        """Size the tables for the width the text wraps at (the document's own width can lag a
+        resize); returns whether there are any."""
+        self._tables_width = self.viewport().width()
+        return size_table_columns(self.document(), self._tables_width)
 
     def _clicked(self, url: QUrl) -> None:
         if url.scheme() == COPY_SCHEME:  # a code block's Copy link
