@@ -114,7 +114,10 @@ class MessageWidget(QFrame):
         head.addWidget(self.retry_button)
         head.addWidget(self.copy_button)
         head.addWidget(self.more_button)
-        for b in (self.copy_button, self.more_button, self.thinking_button, self.older_button, self.newer_button):
+        # Styled buttons keep the application's font (a style sheet stops a font set on the chat from
+        # reaching them): the chat's zoom grows the text, not the header's buttons.
+        for b in (self.copy_button, self.more_button, self.thinking_button, self.older_button, self.newer_button,
+                  self.continue_button, self.retry_button):
             b.setStyleSheet(FOCUS_RING)
         for b in (self.older_button, self.newer_button):
             b.setAutoRaise(True)

@@ -535,6 +535,9 @@ def test_zoom_changes_the_chats_text_size_and_is_remembered(qtbot, make_window, 
     views = [v for m in w.chat.widgets for v in (m.view, m.thinking)]
     assert [m.message.role for m in w.chat.widgets] == ["user", "assistant"]
     assert all(abs(v.font().pointSizeF() - base * 1.21) < 0.01 for v in views)  # new messages too, yours too
+    reply = w.chat.widgets[-1]
+    assert {b.font().pointSizeF() for b in (reply.copy_button, reply.continue_button, reply.retry_button)} == {
+        QApplication.font().pointSizeF()}  # the text grows, the buttons beside it do not
     assert load_preferences(tmp_path / "prefs.json")[0].text_scale == 1.21
     next(a for a in w._menus["&View"].actions() if a.text() == "Zoom Out").trigger()
     assert all(abs(v.font().pointSizeF() - base * 1.1) < 0.01 for v in views)  # and those already shown
