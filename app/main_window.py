@@ -27,6 +27,7 @@ from app.chat_view import ChatView, Composer
 from app.controller import ChatController
 from app.conversation_delegate import plain_title
 from app.edit_dialog import EditDialog
+from app.elided_label import ElidedLabel
 from app.preferences import TEXT_SCALE_RANGE, Preferences, save_preferences
 from app.server_menu import ServerMenu
 from app.settings_dialog import SettingsDialog
@@ -55,7 +56,7 @@ class MainWindow(QMainWindow):
         self.resize(1100, 760)
 
         self.sidebar = Sidebar(controller)
-        self.title = QLabel("New conversation")
+        self.title = ElidedLabel("New conversation")
         self.title.setStyleSheet("font-size: 15px; font-weight: 600;")
         self.title.setAccessibleName("Conversation title")
         self.context_label = QLabel()  # how much of the model's context the conversation fills

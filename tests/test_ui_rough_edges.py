@@ -104,6 +104,24 @@ def test_the_header_follows_the_first_message_and_a_rename(qtbot, make_window, t
         assert store.conversation(w.current).title == "Picnic, Saturday"
 
 
+def test_a_long_title_is_cut_in_the_header_and_never_squeezes_the_sidebar(qtbot, make_window) -> None:
+    w = make_window()
+    w.resize(1100, 600)
+    qtbot.waitUntil(lambda: w.send_button.isEnabled())
+    sidebar = w.split.sizes()[0]
+    title = "Write a markdown table of six programming languages with columns for the year, the creator and notes"
+    w._show_title(title)
+    qtbot.wait(50)  # the layout takes in the new title's size
+    w.resize(760, 600)  # narrower than the whole title needs beside the sidebar
+    qtbot.wait(50)
+    assert w.width() == 760 and w.split.sizes()[0] == sidebar  # the chat gave up the width, not the list
+    assert w.title.text() == title and w.title.toolTip() == title
+    assert w.title.elided().endswith("…") and title.startswith(w.title.elided()[:-1])
+    w.resize(1400, 600)
+    qtbot.waitUntil(lambda: w.title.elided() == title)
+    assert w.title.toolTip() == ""
+
+
 def test_single_line_breaks_stay_line_breaks_outside_code() -> None:
     assert with_line_breaks("Roses\nViolets\n\nNew paragraph") == "Roses  \nViolets\n\nNew paragraph"
     code = "```py\na = 1\nb = 2\n```\nafter"
