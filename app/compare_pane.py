@@ -56,12 +56,14 @@ from engine.service.spans import origin_spans
 from engine.store.ab_report import ABReport, Run
 from engine.store.records import Comparison
 
+TITLE_WIDTH = 280  # pixels of the conversation's title on its checkbox, beside the run's options
+
 
 class ComparePane(QWidget):
     """Compare own copy rates off / on (/ plain) for a new prompt or a conversation's next message."""
 
     def __init__(self, controller: ChatController, conversation_id: int | None = None, max_tokens: int = 256,
-                 parent: QWidget | None = None) -> None:
+                 parent: QWidget | None = None, title: str = "") -> None:
         super().__init__(parent, Qt.WindowType.Window)
         self.controller = controller
         self.conversation_id: int | None = None
@@ -88,7 +90,7 @@ class ComparePane(QWidget):
         c.comparisonRunDone.connect(self._run_done)
         c.comparisonSaved.connect(self._saved)
         c.comparisonFailed.connect(self._failed)
-        self.set_conversation(conversation_id)
+        self.set_conversation(conversation_id, title)
         self._set_busy(False)
         c.list_comparisons(self._listed)
 
@@ -222,11 +224,16 @@ class ComparePane(QWidget):
         layout.addWidget(split, 1)
 
     # -- setup -------------------------------------------------------------------------------------
-    def set_conversation(self, conversation_id: int | None) -> None:
-        """Offer ``conversation_id``'s turns and copy history as the request's start (None: a new prompt)."""
+    def set_conversation(self, conversation_id: int | None, title: str = "") -> None:
+        """Offer ``conversation_id``'s turns and copy history as the request's start (None: a new prompt),
+        naming it by ``title`` (as the sidebar shows it), cut to fit beside the options."""
         self.conversation_id = conversation_id
         self.use_conversation.setVisible(conversation_id is not None)
-        self.use_conversation.setText(f"Use conversation {conversation_id}" if conversation_id is not None else "")
+        name = title or "New conversation"
+        shown = self.use_conversation.fontMetrics().elidedText(name, Qt.TextElideMode.ElideRight, TITLE_WIDTH)
+        self.use_conversation.setText(f"Use “{shown}”" if conversation_id is not None else "")
+        self.use_conversation.setToolTip(f"Start from “{name}”: its turns and its copy history"
+                                         if conversation_id is not None else "")
         self.use_conversation.setChecked(conversation_id is not None)
         self._update_placeholder()
 
@@ -542,14 +549,14 @@ def _fill(table: QTableWidget, heads: list[str], rows: list[str], cells: list[li
 
 
 def open_compare_pane(controller: ChatController, conversation_id: int | None, max_tokens: int = 256,
-                      parent: QWidget | None = None) -> ComparePane:
-    """Show the window's comparison pane (made on first use), offering ``conversation_id`` unless a
-    comparison is running in it."""
+                      parent: QWidget | None = None, title: str = "") -> ComparePane:
+    """Show the window's comparison pane (made on first use), offering ``conversation_id`` (named
+    ``title``) unless a comparison is running in it."""
     pane = parent.findChild(ComparePane) if parent is not None else None
     if pane is None:
-        pane = ComparePane(controller, conversation_id, max_tokens, parent)
+        pane = ComparePane(controller, conversation_id, max_tokens, parent, title)
     elif not pane.running:
-        pane.set_conversation(conversation_id)
+        pane.set_conversation(conversation_id, title)
     pane.show()
     pane.raise_()
     pane.activateWindow()

@@ -546,7 +546,7 @@ class MainWindow(QMainWindow):
         """The comparison pane (its own window), offering the shown conversation."""
         from app.compare_pane import open_compare_pane
 
-        open_compare_pane(self.controller, self.current, self.prefs.max_tokens, self)
+        open_compare_pane(self.controller, self.current, self.prefs.max_tokens, self, self.title.text())
 
     # -- view, export, settings ------------------------------------------------------------------
     def zoom(self, factor: float) -> None:

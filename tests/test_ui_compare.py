@@ -227,7 +227,14 @@ def test_the_window_opens_the_pane_on_its_conversation(qtbot, tmp_path: Path) ->
         w.compare_action.trigger()
         pane = w.findChild(ComparePane)
         assert pane is not None and pane.isVisible() and pane.isWindow()
-        assert pane.use_conversation.isChecked() and pane.use_conversation.text() == f"Use conversation {w.current}"
+        # Named as the window's title names it (a first message titles its conversation), not by its id.
+        assert pane.use_conversation.isChecked() and pane.use_conversation.text() == "Use “the question”"
+        long = "A title made of a first message far longer than the options beside it leave room for"
+        pane.set_conversation(w.current, long)
+        shown = pane.use_conversation.text()
+        assert shown.startswith("Use “A title") and shown.endswith("…”") and len(shown) < len(long)
+        assert long in pane.use_conversation.toolTip()
+        pane.set_conversation(w.current, "the question")
         assert pane.max_tokens.value() == 100
         controls = pane.findChildren(QWidget)
         kinds = (QPushButton, QCheckBox, QSpinBox, QPlainTextEdit, QListWidget, QTableWidget, QChartView, SideColumn)
