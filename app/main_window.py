@@ -620,12 +620,22 @@ class MainWindow(QMainWindow):
         n = len(self.controller.generating())
         if not n:
             return True
-        answer = QMessageBox.question(
-            self, "Quit Lanes?",
+        box = QMessageBox(
+            QMessageBox.Icon.Question, "Quit Lanes?",
             f"{'A reply is' if n == 1 else f'{n} replies are'} still being written. Quit anyway? What "
             f"{'it has' if n == 1 else 'they have'} written so far is kept, and Continue finishes it later.",
-            QMessageBox.StandardButton.Cancel | QMessageBox.StandardButton.Yes, QMessageBox.StandardButton.Cancel)
-        return answer == QMessageBox.StandardButton.Yes
+            QMessageBox.StandardButton.Cancel | QMessageBox.StandardButton.Yes, self)
+        box.setDefaultButton(QMessageBox.StandardButton.Cancel)
+
+        def changed(ids: object) -> None:  # the replies finished while it asked: nothing is left to cut short
+            if not ids:
+                box.done(QMessageBox.StandardButton.Yes)
+
+        self.controller.generatingChanged.connect(changed)
+        try:
+            return box.exec() == QMessageBox.StandardButton.Yes
+        finally:
+            self.controller.generatingChanged.disconnect(changed)
 
     def closeEvent(self, event: QCloseEvent) -> None:
         # The window's close button asks as Quit does; a close from the program (a signal, a test) does not.

@@ -8,7 +8,7 @@ import json
 import time
 from pathlib import Path
 
-from PySide6.QtCore import Qt
+from PySide6.QtCore import Qt, QTimer
 from PySide6.QtGui import QKeySequence
 from PySide6.QtWidgets import QApplication
 
@@ -95,7 +95,6 @@ def test_the_header_follows_the_first_message_and_a_rename(qtbot, make_window, t
         dialog.accept()
 
     qtbot.waitUntil(lambda: w.sidebar.model.rows and w.sidebar.model.rows[0].title == "Plan a picnic")
-    from PySide6.QtCore import QTimer
 
     QTimer.singleShot(200, answer_rename)
     qtbot.keyClick(w, Qt.Key.Key_F2)  # F2 renames the shown conversation
@@ -412,7 +411,7 @@ def test_quitting_mid_reply_asks_and_the_kept_reply_can_be_continued(qtbot, make
     qtbot.waitUntil(lambda: len(w.chat.widgets) == 2 and bool(w.chat.widgets[-1].view.plain_text()))
     asked: list[str] = []
     answer = QMessageBox.StandardButton.Cancel
-    monkeypatch.setattr(QMessageBox, "question", lambda _p, _t, text, *_a: asked.append(text) or answer)
+    monkeypatch.setattr(QMessageBox, "exec", lambda box: asked.append(box.text()) or answer)
     quit_action = next(a for a in w._menus["&File"].actions() if a.text() == "Quit")
     quit_action.trigger()
     assert asked == ["A reply is still being written. Quit anyway? What it has written so far is kept, and "
@@ -429,6 +428,33 @@ def test_quitting_mid_reply_asks_and_the_kept_reply_can_be_continued(qtbot, make
     again.sidebar.select(cid)
     qtbot.waitUntil(lambda: len(again.chat.widgets) == 2)
     assert again.chat.widgets[-1].continue_button.isVisible()
+
+
+def test_a_quit_asked_while_the_reply_ends_goes_on_once_nothing_is_being_written(qtbot, make_window,
+                                                                                tmp_path: Path) -> None:
+    """The question was why the quit waited; once the reply is saved whole, the box closes itself and
+    the window quits (it used to keep asking about a reply that no longer ran)."""
+    from PySide6.QtWidgets import QMessageBox
+
+    w = make_window()
+    qtbot.waitUntil(lambda: w.send_button.isEnabled())
+    w.send("long enough to be still streaming when Quit asks, and short enough to end soon after. " * 3)
+    qtbot.waitUntil(lambda: len(w.chat.widgets) == 2 and bool(w.chat.widgets[-1].view.plain_text()))
+    cid, asked = w.current, []
+
+    def look() -> None:
+        box = QApplication.activeModalWidget()
+        asked.append(box.text() if isinstance(box, QMessageBox) else None)
+        if box is not None:  # should the box stay up, the test fails instead of hanging
+            QTimer.singleShot(15000, box.reject)
+
+    QTimer.singleShot(20, look)
+    quit_action = next(a for a in w._menus["&File"].actions() if a.text() == "Quit")
+    quit_action.trigger()  # returns once the box has closed
+    assert asked and asked[0] is not None and asked[0].startswith("A reply is still being written.")
+    assert not w.isVisible()
+    with Store(tmp_path / "lanes.db") as store:
+        assert store.messages(cid)[-1].status == "complete"
 
 
 def test_dropped_text_files_go_into_the_message_as_fenced_blocks_under_their_names(qtbot, make_window,
