@@ -47,7 +47,8 @@ class MainWindow(QMainWindow):
         self.controller = controller
         self.prefs = prefs
         self.prefs_path = prefs_path
-        self.current: int | None = None
+        self.conversation_actions: list[QAction] = []  # those that act on the shown conversation
+        self._current: int | None = None
         self._queued: str | None = None  # a message sent while the model loaded: sent once it is ready
         self.edit_dialog: EditDialog | None = None
         self._drafts: dict[int | None, str] = {}  # unsent text of the conversations not shown (None: a new one)
@@ -140,6 +141,17 @@ class MainWindow(QMainWindow):
         if prefs.text_scale != 1.0:
             apply_text_scale([self.chat, self.composer], prefs.text_scale)
 
+    @property
+    def current(self) -> int | None:
+        """The shown conversation's id (None: a new one, not saved until its first message)."""
+        return self._current
+
+    @current.setter
+    def current(self, conversation_id: int | None) -> None:
+        self._current = conversation_id
+        for action in self.conversation_actions:  # greyed, as a Mac menu shows what cannot apply
+            action.setEnabled(conversation_id is not None)
+
     # -- menus and shortcuts ---------------------------------------------------------------------
     def _action(self, menu_name: str, text: str, slot: Callable[[], object],
                 shortcut: QKeySequence | QKeySequence.StandardKey | str | None = None) -> QAction:
@@ -158,7 +170,7 @@ class MainWindow(QMainWindow):
         self.new_action = self._action("&File", "New Conversation", self.new_conversation, sk.New)
         self.files = WindowFiles(self)
         self._action("&File", "Attach File…", self.files.attach, sk.Open)
-        self._action("&File", "Export Conversation…", self.files.export_current, "Ctrl+E")
+        export = self._action("&File", "Export Conversation…", self.files.export_current, "Ctrl+E")
         self._action("&File", "Export All Conversations…", self.files.export_all, "Ctrl+Shift+E")
         self._action("&File", "Import Conversations…", self.files.import_conversations, "Ctrl+Shift+I")
         self.settings_action = self._action("&File", "Settings…", self.open_settings, sk.Preferences)
@@ -171,14 +183,16 @@ class MainWindow(QMainWindow):
                                 ("Select All", sk.SelectAll, "selectAll")):
             self._action("&Edit", text, lambda _checked=False, slot=slot: self._edit(slot), key)
         self._menus["&Edit"].addSeparator()
-        self._action("&Edit", "Copy Last Reply", self.copy_last_reply, "Ctrl+Shift+Y")
+        copy_reply = self._action("&Edit", "Copy Last Reply", self.copy_last_reply, "Ctrl+Shift+Y")
         self._action("&Edit", "Search Conversations", self.search_conversations, sk.Find)
         self.stop_action = self._action("&Conversation", "Stop Reply", self.stop, "Esc")
         self.regenerate_action = self._action("&Conversation", "Regenerate Last Reply", self.regenerate, "Ctrl+R")
-        self._action("&Conversation", "Edit Last Message…", self.edit_last, "Ctrl+Shift+R")
+        edit = self._action("&Conversation", "Edit Last Message…", self.edit_last, "Ctrl+Shift+R")
         self.continue_action = self._action("&Conversation", "Continue Reply", self.continue_reply, "Ctrl+Shift+Return")
-        self._action("&Conversation", "Rename…", lambda: self.current and self.sidebar.rename(self.current), "F2")
-        self._action("&Conversation", "Delete…", self.sidebar.delete_current)
+        rename = self._action("&Conversation", "Rename…", lambda: self.current and self.sidebar.rename(self.current), "F2")
+        delete = self._action("&Conversation", "Delete…", self.sidebar.delete_current)
+        self.conversation_actions = [export, copy_reply, edit, rename, delete]
+        self.current = self._current  # greys them while no conversation is shown
         self.compare_action = self._action("&Conversation", "Compare Own Copy Rates…", self.open_compare,
                                            "Ctrl+Shift+C")
         self.origins_action = self._action("&View", "Colour Tokens by Origin", self.toggle_origins, "Ctrl+Shift+O")

@@ -753,3 +753,27 @@ def test_at_a_small_size_the_statistics_line_sits_below_the_last_code_line(qtbot
         assert w.stats.isVisible() and w.stats.text()
         assert w.stats.geometry().top() >= w.view.geometry().bottom(), width
         assert w.view.geometry().height() >= w.view.document().size().height() - 2, width  # nothing clipped
+
+
+def test_menu_items_for_the_shown_conversation_are_greyed_while_none_is(qtbot, make_window) -> None:
+    """Export, Rename, Delete, Edit Last Message and Copy Last Reply act on the shown conversation: with
+    none shown (a new one, unsaved) they are greyed, as a Mac menu shows what cannot apply, instead of
+    doing nothing when chosen."""
+    w = make_window()
+    names = {"Export Conversation…", "Copy Last Reply", "Edit Last Message…", "Rename…", "Delete…"}
+    actions = [a for menu in w._menus.values() for a in menu.actions() if a.text() in names]
+    assert {a.text() for a in actions} == names
+
+    def enabled() -> set[bool]:
+        return {a.isEnabled() for a in actions}
+
+    assert enabled() == {False}
+    qtbot.waitUntil(lambda: w.send_button.isEnabled())
+    send_and_wait(qtbot, w, "a first message")
+    cid = w.current
+    assert cid is not None and enabled() == {True}
+    w.new_action.trigger()
+    assert w.current is None and enabled() == {False}
+    w.sidebar.select(cid)
+    qtbot.waitUntil(lambda: w.current == cid)
+    assert enabled() == {True}
