@@ -84,7 +84,7 @@ def check_pygments() -> str:
     """Fenced code is coloured: pygments finds its lexers and styles, which it imports by name."""
     from pygments.token import Keyword
 
-    from app.message_view import _lex_lines, _lexer, _style
+    from app.code_blocks import lex_lines, lexer_for, pygments_style
 
     checked = []
     for language, code in (
@@ -92,14 +92,14 @@ def check_pygments() -> str:
         ("rust", "fn main() {}\n"),
         ("sh", "if true; then :; fi\n"),
     ):
-        lexer = _lexer(language)
+        lexer = lexer_for(language)
         if lexer.name == "Text only":
             raise RuntimeError(f"no pygments lexer for {language!r} (lexers not bundled?)")
-        types = {ttype for line in _lex_lines(language, code) for _, _, ttype in line}
+        types = {ttype for line in lex_lines(language, code) for _, _, ttype in line}
         if not any(t in Keyword for t in types):
             raise RuntimeError(f"the {lexer.name} lexer found no keyword in {code!r}")
         checked.append(lexer.name)
-    styles = [_style(False).__name__, _style(True).__name__]
+    styles = [pygments_style(False).__name__, pygments_style(True).__name__]
     return f"lexers {', '.join(checked)}; styles {', '.join(styles)}"
 
 
