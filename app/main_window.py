@@ -650,6 +650,7 @@ class MainWindow(QMainWindow):
             return box.exec() == QMessageBox.StandardButton.Yes
         finally:
             self.controller.generatingChanged.disconnect(changed)
+            box.deleteLater()
 
     def closeEvent(self, event: QCloseEvent) -> None:
         # The window's close button asks as Quit does; a close from the program (a signal, a test) does not.
