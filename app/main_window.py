@@ -22,6 +22,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app import questions
 from app.appearance import ZOOM_STEP, apply_text_scale, apply_theme
 from app.chat_view import ChatView, Composer
 from app.controller import ChatController
@@ -453,10 +454,7 @@ class MainWindow(QMainWindow):
         if not self._idle("delete it"):
             return
         who = "your message" if message.role == "user" else "this reply"
-        answer = QMessageBox.question(self, "Delete Message", f"Delete {who}? This cannot be undone.",
-                                      QMessageBox.StandardButton.Cancel | QMessageBox.StandardButton.Yes,
-                                      QMessageBox.StandardButton.Cancel)
-        if answer == QMessageBox.StandardButton.Yes:
+        if questions.confirm(self, "Delete Message", f"Delete {who}? This cannot be undone.", "Delete"):
             self.controller.delete_message(message, self._reload)
 
     def edit_last(self) -> None:
@@ -634,23 +632,11 @@ class MainWindow(QMainWindow):
         n = len(self.controller.generating())
         if not n:
             return True
-        box = QMessageBox(
-            QMessageBox.Icon.Question, "Quit Lanes?",
+        return questions.confirm(
+            self, "Quit Lanes?",
             f"{'A reply is' if n == 1 else f'{n} replies are'} still being written. Quit anyway? What "
             f"{'it has' if n == 1 else 'they have'} written so far is kept, and Continue finishes it later.",
-            QMessageBox.StandardButton.Cancel | QMessageBox.StandardButton.Yes, self)
-        box.setDefaultButton(QMessageBox.StandardButton.Cancel)
-
-        def changed(ids: object) -> None:  # the replies finished while it asked: nothing is left to cut short
-            if not ids:
-                box.done(QMessageBox.StandardButton.Yes)
-
-        self.controller.generatingChanged.connect(changed)
-        try:
-            return box.exec() == QMessageBox.StandardButton.Yes
-        finally:
-            self.controller.generatingChanged.disconnect(changed)
-            box.deleteLater()
+            "Quit", moot=self.controller.generatingChanged)  # replies that finish meanwhile: quit goes on
 
     def closeEvent(self, event: QCloseEvent) -> None:
         # The window's close button asks as Quit does; a close from the program (a signal, a test) does not.

@@ -23,12 +23,12 @@ from PySide6.QtWidgets import (
     QLineEdit,
     QListView,
     QMenu,
-    QMessageBox,
     QPushButton,
     QVBoxLayout,
     QWidget,
 )
 
+from app import questions
 from app.controller import ChatController
 from app.conversation_delegate import ConversationDelegate, plain_title, when_label
 from engine.store.records import ConversationSummary
@@ -287,10 +287,7 @@ class Sidebar(QWidget):
         i = self.model.row_of(conversation_id)
         what = (f"“{self.model.rows[i].title or 'New conversation'}” and its {self.model.rows[i].messages} messages"
                 if i >= 0 else "this conversation")
-        if confirm:
-            answer = QMessageBox.question(
-                self, "Delete Conversation", f"Delete {what}? This cannot be undone.",
-                QMessageBox.StandardButton.Cancel | QMessageBox.StandardButton.Yes, QMessageBox.StandardButton.Cancel)
-            if answer != QMessageBox.StandardButton.Yes:
-                return
+        if confirm and not questions.confirm(self, "Delete Conversation", f"Delete {what}? This cannot be undone.",
+                                             "Delete"):
+            return
         self.controller.delete(conversation_id, lambda: self.conversationDeleted.emit(conversation_id))

@@ -12,6 +12,7 @@ from PySide6.QtCore import Qt, QTimer
 from PySide6.QtGui import QKeySequence
 from PySide6.QtWidgets import QApplication
 
+from app import questions
 from app.compare_pane import ComparePane
 from app.controller import ChatController
 from app.main_window import LOADING, READY, MainWindow
@@ -403,21 +404,19 @@ def test_a_stopped_reply_offers_continue_which_grows_the_same_message(qtbot, mak
 
 def test_quitting_mid_reply_asks_and_the_kept_reply_can_be_continued(qtbot, make_window, tmp_path: Path,
                                                                      monkeypatch) -> None:
-    from PySide6.QtWidgets import QMessageBox
-
     w = make_window()
     qtbot.waitUntil(lambda: w.send_button.isEnabled())
     w.send("SLOW goodbye")
     qtbot.waitUntil(lambda: len(w.chat.widgets) == 2 and bool(w.chat.widgets[-1].view.plain_text()))
-    asked: list[str] = []
-    answer = QMessageBox.StandardButton.Cancel
-    monkeypatch.setattr(QMessageBox, "exec", lambda box: asked.append(box.text()) or answer)
+    asked: list[tuple[str, str]] = []
+    answer = False
+    monkeypatch.setattr(questions, "confirm", lambda _p, _t, text, action, **_k: asked.append((text, action)) or answer)
     quit_action = next(a for a in w._menus["&File"].actions() if a.text() == "Quit")
     quit_action.trigger()
-    assert asked == ["A reply is still being written. Quit anyway? What it has written so far is kept, and "
-                     "Continue finishes it later."]
+    assert asked == [("A reply is still being written. Quit anyway? What it has written so far is kept, and "
+                      "Continue finishes it later.", "Quit")]
     assert w.isVisible() and w.controller.generating()  # Cancel: nothing stopped
-    answer = QMessageBox.StandardButton.Yes
+    answer = True
     cid = w.current
     quit_action.trigger()
     assert not w.isVisible()
@@ -660,7 +659,6 @@ def test_file_import_adds_exported_conversations_or_none_naming_the_bad_file(qtb
 def test_any_message_can_be_edited_or_deleted_and_the_next_reply_reads_it(qtbot, make_window, tmp_path: Path,
                                                                           monkeypatch) -> None:
     from PySide6.QtCore import QTimer
-    from PySide6.QtWidgets import QMessageBox
 
     w = make_window()
     qtbot.waitUntil(lambda: w.send_button.isEnabled())
@@ -683,7 +681,7 @@ def test_any_message_can_be_edited_or_deleted_and_the_next_reply_reads_it(qtbot,
     with Store(tmp_path / "lanes.db") as store:
         edited = store.messages(w.current)[1]
     assert edited.content == "A corrected answer" and edited.tokens is None and edited.origins is None
-    monkeypatch.setattr(QMessageBox, "question", lambda *a: QMessageBox.StandardButton.Yes)
+    monkeypatch.setattr(questions, "confirm", lambda *a, **k: True)
     w.chat.widgets[2].more_button.menu().actions()[1].trigger()  # delete "second"
     qtbot.waitUntil(lambda: [x.message.content for x in w.chat.widgets] == ["first", "A corrected answer",
                                                                            "Echo: second"])
@@ -777,3 +775,42 @@ def test_menu_items_for_the_shown_conversation_are_greyed_while_none_is(qtbot, m
     w.sidebar.select(cid)
     qtbot.waitUntil(lambda: w.current == cid)
     assert enabled() == {True}
+
+
+def test_a_question_before_an_undoable_step_names_its_action_and_defaults_to_cancel(qtbot) -> None:
+    """The box names what it will do ("Delete"), not Yes; Cancel is the default and Esc's answer, so a
+    stray Enter deletes nothing; ``moot`` answers for the user once the reason to ask has gone."""
+    from PySide6.QtCore import QObject, Signal
+    from PySide6.QtWidgets import QMessageBox, QPushButton, QWidget
+
+    parent = QWidget()
+    qtbot.addWidget(parent)
+    seen: list[tuple[list[str], str]] = []
+
+    def answer_with(key: Qt.Key | None, click: str | None = None) -> None:
+        box = QApplication.activeModalWidget()
+        assert isinstance(box, QMessageBox)
+        buttons = {b.text().replace("&", ""): b for b in box.findChildren(QPushButton)}
+        seen.append((sorted(buttons), box.defaultButton().text().replace("&", "")))
+        if click is not None:
+            buttons[click].click()
+        elif key is not None:
+            qtbot.keyClick(box, key)
+
+    def asked(key: Qt.Key | None, click: str | None = None, moot=None) -> bool:
+        QTimer.singleShot(50, lambda: answer_with(key, click))
+        return questions.confirm(parent, "Delete Conversation", "Delete it?", "Delete", moot=moot)
+
+    assert asked(Qt.Key.Key_Return) is False  # Enter takes the default: Cancel
+    assert asked(Qt.Key.Key_Escape) is False
+    assert asked(None, click="Delete") is True
+    assert seen[0] == (["Cancel", "Delete"], "Cancel")
+
+    class Source(QObject):
+        changed = Signal(object)
+
+    source = Source()
+    QTimer.singleShot(100, lambda: source.changed.emit({3}))  # still running: the box stays
+    QTimer.singleShot(150, lambda: source.changed.emit(set()))  # nothing left: it answers Delete
+    QTimer.singleShot(5000, lambda: answer_with(Qt.Key.Key_Escape) if QApplication.activeModalWidget() else None)
+    assert questions.confirm(parent, "Quit Lanes?", "Quit anyway?", "Quit", moot=source.changed) is True

@@ -11,6 +11,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QKeySequence
 from PySide6.QtWidgets import QAbstractButton, QLineEdit, QListView, QMessageBox, QPlainTextEdit
 
+from app import questions
 from app.chat_view import MessageWidget
 from app.controller import ChatController
 from app.main_window import MainWindow
@@ -168,11 +169,11 @@ def test_delete_asks_first(qtbot, make_window, tmp_path: Path, monkeypatch: pyte
     wait_reply_saved(qtbot, w)
     cid = w.current
     qtbot.waitUntil(lambda: w.sidebar.model.row_of(cid) >= 0)
-    monkeypatch.setattr(QMessageBox, "question", lambda *a, **k: QMessageBox.StandardButton.Cancel)
+    monkeypatch.setattr(questions, "confirm", lambda *a, **k: False)
     w.sidebar.delete(cid)
     qtbot.wait(100)
     assert w.sidebar.model.row_of(cid) >= 0
-    monkeypatch.setattr(QMessageBox, "question", lambda *a, **k: QMessageBox.StandardButton.Yes)
+    monkeypatch.setattr(questions, "confirm", lambda *a, **k: True)
     w.sidebar.delete(cid)
     qtbot.waitUntil(lambda: w.sidebar.model.row_of(cid) < 0)
     assert w.current is None and w.chat.widgets == []
@@ -195,7 +196,7 @@ def test_a_conversation_deleted_before_the_model_loads_takes_its_kv_files_along(
     qtbot.addWidget(w)
     qtbot.waitUntil(lambda: w.sidebar.model.row_of(conv.id) >= 0)
     assert w.controller.info is None  # still loading
-    monkeypatch.setattr(QMessageBox, "question", lambda *a, **k: QMessageBox.StandardButton.Yes)
+    monkeypatch.setattr(questions, "confirm", lambda *a, **k: True)
     w.sidebar.delete(conv.id)
     qtbot.waitUntil(lambda: w.sidebar.model.row_of(conv.id) < 0)
     assert not kept.exists()
@@ -409,7 +410,7 @@ def test_deleting_a_conversation_while_it_replies_stops_it_first(qtbot, make_win
     w.send("SLOW and then gone")
     qtbot.waitUntil(lambda: len(w.chat.widgets) == 2 and bool(w.chat.widgets[-1].view.plain_text()))
     cid = w.current
-    monkeypatch.setattr(QMessageBox, "question", lambda *a, **k: QMessageBox.StandardButton.Yes)
+    monkeypatch.setattr(questions, "confirm", lambda *a, **k: True)
     w.sidebar.delete(cid)
     qtbot.waitUntil(lambda: w.sidebar.model.row_of(cid) < 0 and not w.controller.generating())
     qtbot.wait(100)
