@@ -257,6 +257,7 @@ class MainWindow(QMainWindow):
         self.model_label.setText(f"{info.name} · {info.device}")
         self._set_model_ready(True)
         self._update_stop()
+        self._show_context([w.message for w in self.chat.widgets])  # opened while it loaded, or another model's
 
     def _model_failed(self, reason: str) -> None:
         self._load_timer.stop()

@@ -307,6 +307,22 @@ def test_a_long_prompt_shows_how_far_it_was_read_then_the_context_it_fills(qtbot
     qtbot.waitUntil(lambda: w.context_label.text() == f"{used:,} of {INFO.context_length:,} tokens")  # also when reopened
 
 
+def test_a_conversation_opened_while_the_model_loads_shows_its_context_once_it_has(qtbot, tmp_path: Path) -> None:
+    """The share of the context needs the model's context length: a conversation opened before the
+    model has loaded shows it as the model arrives (it used to stay blank until reopened)."""
+    with Store(tmp_path / "lanes.db") as store:
+        conv = store.create_conversation(title="Earlier chat")
+        store.add_message(conv.id, "user", "a question")
+        store.add_message(conv.id, "assistant", "an answer", stats={"prompt_tokens": 40, "generated": 12})
+    w, engines = slow_window(qtbot, tmp_path)
+    qtbot.waitUntil(lambda: w.sidebar.model.row_of(conv.id) >= 0)
+    w.sidebar.select(conv.id)
+    qtbot.waitUntil(lambda: len(w.chat.widgets) == 2)
+    assert w.controller.info is None and w.context_label.text() == ""
+    engines[0].finish_loading()
+    qtbot.waitUntil(lambda: w.context_label.text() == f"52 of {INFO.context_length:,} tokens")
+
+
 def test_a_reply_that_left_out_earliest_messages_says_so_under_it() -> None:
     stats = {"generated": 10, "seconds": 1.0, "reason": "eos", "left_out": 12}
     assert stats_summary(stats, None) == "10 tokens · 10.0 tok/s · 12 earliest messages left out"
