@@ -45,6 +45,8 @@ class ConversationListModel(QAbstractListModel):
     """Conversations newest first; pages of 200 are fetched from the store as the view scrolls, so
     10,000 conversations cost what is on screen. With a search text, the store's search results."""
 
+    answered = Signal()  # the store answered a fetch or a reload (the list may have stayed empty)
+
     def __init__(self, controller: ChatController) -> None:
         super().__init__()
         self.controller = controller
@@ -103,6 +105,7 @@ class ConversationListModel(QAbstractListModel):
             self.beginInsertRows(QModelIndex(), len(self.rows), len(self.rows) + len(rows) - 1)
             self.rows.extend(rows)
             self.endInsertRows()
+        self.answered.emit()
 
     def reload(self) -> None:
         """Fetch again from the top (the order changed), keeping as many rows as were loaded."""
@@ -127,6 +130,7 @@ class ConversationListModel(QAbstractListModel):
         self._more = more
         self._fetching = False
         self.endResetModel()
+        self.answered.emit()
 
     def row_of(self, conversation_id: int) -> int:
         return next((i for i, r in enumerate(self.rows) if r.id == conversation_id), -1)
@@ -185,7 +189,7 @@ class Sidebar(QWidget):
         layout.addLayout(top)
         layout.addWidget(self.no_results)
         layout.addWidget(self.list, 1)
-        self.model.modelReset.connect(self._show_no_results)
+        self.model.answered.connect(self._show_no_results)
 
         self.search.installEventFilter(self)  # Esc clears the search (before the window's Stop takes it)
         self._debounce = QTimer(self, singleShot=True, interval=150)  # search as one types, not per key
@@ -241,8 +245,12 @@ class Sidebar(QWidget):
         return super().eventFilter(watched, event)
 
     def _show_no_results(self) -> None:
-        none = bool(self.model.query) and not self.model.rows
-        self.no_results.setText(f"No conversation mentions “{self.model.query}”." if none else "")
+        """Say why the list is empty: a search that found nothing, or no conversation yet."""
+        none = not self.model.rows
+        if self.model.query:
+            self.no_results.setText(f"No conversation mentions “{self.model.query}”." if none else "")
+        else:
+            self.no_results.setText("No conversations yet: your first message starts one." if none else "")
         self.no_results.setVisible(none)
 
     def focus_search(self) -> None:

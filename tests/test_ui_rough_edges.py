@@ -244,6 +244,16 @@ def test_the_sidebar_shows_plain_titles_with_when_and_a_search_says_what_it_foun
     assert w.sidebar.no_results.text() == "No conversation mentions “zeppelin”."
 
 
+def test_an_empty_list_says_there_is_no_conversation_yet_until_one_starts(qtbot, make_window) -> None:
+    w = make_window()
+    qtbot.waitUntil(lambda: w.sidebar.no_results.isVisible())  # a first run: the list is empty, and says why
+    assert w.sidebar.no_results.text() == "No conversations yet: your first message starts one."
+    qtbot.waitUntil(lambda: w.send_button.isEnabled())
+    send_and_wait(qtbot, w, "hello")
+    qtbot.waitUntil(lambda: w.sidebar.model.rowCount() == 1)
+    assert not w.sidebar.no_results.isVisible()
+
+
 def test_each_conversation_keeps_its_own_unsent_draft(qtbot, make_window) -> None:
     w = make_window()
     qtbot.waitUntil(lambda: w.send_button.isEnabled())
