@@ -466,16 +466,18 @@ def test_a_quit_asked_while_the_reply_ends_goes_on_once_nothing_is_being_written
     w.send("long enough to be still streaming when Quit asks, and short enough to end soon after. " * 3)
     qtbot.waitUntil(lambda: len(w.chat.widgets) == 2 and bool(w.chat.widgets[-1].view.plain_text()))
     cid, asked = w.current, []
+    guard = QTimer(singleShot=True, interval=15000)  # should the box stay up, the test fails, not hangs
+    guard.timeout.connect(lambda: QApplication.activeModalWidget() and QApplication.activeModalWidget().reject())
 
     def look() -> None:
         box = QApplication.activeModalWidget()
         asked.append(box.text() if isinstance(box, QMessageBox) else None)
-        if box is not None:  # should the box stay up, the test fails instead of hanging
-            QTimer.singleShot(15000, box.reject)
+        guard.start()
 
     QTimer.singleShot(20, look)
     quit_action = next(a for a in w._menus["&File"].actions() if a.text() == "Quit")
     quit_action.trigger()  # returns once the box has closed
+    guard.stop()  # not left to fire in a later test
     assert asked and asked[0] is not None and asked[0].startswith("A reply is still being written.")
     assert not w.isVisible()
     with Store(tmp_path / "lanes.db") as store:
@@ -838,5 +840,8 @@ def test_a_question_before_an_undoable_step_names_its_action_and_defaults_to_can
     source = Source()
     QTimer.singleShot(100, lambda: source.changed.emit({3}))  # still running: the box stays
     QTimer.singleShot(150, lambda: source.changed.emit(set()))  # nothing left: it answers Delete
-    QTimer.singleShot(5000, lambda: answer_with(Qt.Key.Key_Escape) if QApplication.activeModalWidget() else None)
+    guard = QTimer(singleShot=True, interval=5000)  # should the box stay up, Esc fails the test, not a hang
+    guard.timeout.connect(lambda: QApplication.activeModalWidget() and answer_with(Qt.Key.Key_Escape))
+    guard.start()
     assert questions.confirm(parent, "Quit Lanes?", "Quit anyway?", "Quit", moot=source.changed) is True
+    guard.stop()  # not left to fire in a later test
